@@ -1,0 +1,944 @@
+/*
+ * config.c - granaryd's configuration keys, their INI parser, defaults,
+ * validation, `--describe-config` output and the effective-config dump.
+ *
+ * Everything is driven by config_keys[] below: one row per key with its
+ * section, name, type, limits, field in gr_config, default (as the text a
+ * file would hold) and a one-line description.  Defaults are applied by
+ * parsing the default text through the same setter as the file, so a default
+ * that breaks its own limits fails the first config_defaults() call (assert)
+ * and the config tests.  Adding a key is adding a row (and the field).
+ */
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+
+/* Largest file config_load accepts; a config is a few KiB. */
+#define CONFIG_FILE_MAX (1024 * 1024)
+
+/* Upper bound of KT_SECONDS values: a bit over 31 years. */
+#define CONFIG_SECONDS_MAX 1e9
+
+/* Offending values are quoted in messages up to this many bytes. */
+#define CONFIG_QUOTE_MAX 64
+
+typedef enum {
+    KT_PATH,     /* string that must fit the field; see flags */
+    KT_SIZE,     /* config_parse_size(), min..max, optionally a power of two */
+    KT_INT,      /* decimal int, min..max */
+    KT_MODE,     /* octal permission bits, 0..max */
+    KT_SECONDS,  /* double >= 0 */
+    KT_LOGLEVEL, /* one of log_level_names[] */
+    KT_CHOICE,   /* one of the row's choices[], stored as a string */
+    KT_ROOTS,    /* colon-separated absolute paths into roots[]/nroots */
+} config_type;
+
+#define KF_EMPTY_OK 0x1 /* KT_PATH: "" is allowed (and means "off") */
+#define KF_POW2     0x2 /* KT_SIZE: must be a power of two */
+
+typedef struct config_key {
+    const char *section;
+    const char *name;
+    config_type type;
+    unsigned flags;             /* KF_* */
+    size_t offset;              /* of the field in gr_config */
+    size_t size;                /* of the field: bounds KT_PATH/KT_CHOICE */
+    uint64_t min, max;          /* KT_SIZE, KT_INT, KT_MODE (max only) */
+    const char *const *choices; /* KT_CHOICE: NULL-terminated */
+    const char *def;            /* default, in file syntax */
+    const char *desc;           /* one line for config_describe */
+} config_key;
+
+static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
+
+/* Eviction policies each tier implements.  Add a name here when a tier
+ * learns a new one; the parser, describe and dump follow. */
+static const char *const dram_policies[] = { "lru", NULL };
+static const char *const nvme_policies[] = { "lru", NULL };
+
+#define FIELD(f) offsetof(gr_config, f), sizeof(((gr_config *)0)->f)
+
+static const config_key config_keys[] = {
+    { "daemon", "socket", KT_PATH, 0, FIELD(socket), 0, 0, NULL,
+      "/run/granary/granary.sock", "Unix socket clients connect to (under 108 bytes)" },
+    { "daemon", "socket_mode", KT_MODE, 0, FIELD(socket_mode), 0, 0777, NULL,
+      "0660", "permission bits of the socket (octal)" },
+    { "daemon", "io_threads", KT_INT, 0, FIELD(io_threads), 1, 256, NULL,
+      "4", "threads doing blocking source reads and RocksDB calls" },
+    { "daemon", "log_level", KT_LOGLEVEL, 0, FIELD(log_level), 0, 0, log_level_names,
+      "info", "least severe level logged to stderr" },
+    { "daemon", "max_clients", KT_INT, 0, FIELD(max_clients), 1, 65536, NULL,
+      "1024", "client connections accepted at once" },
+    { "source", "roots", KT_ROOTS, 0, FIELD(roots), 0, CONFIG_MAX_ROOTS, NULL,
+      "/mnt", "colon-separated absolute directories clients may read" },
+    { "source", "chunk_size", KT_SIZE, KF_POW2, FIELD(chunk_size), 64 * KIB, 256 * MIB, NULL,
+      "4M", "unit of caching and of source reads" },
+    { "source", "attr_ttl", KT_SECONDS, 0, FIELD(attr_ttl), 0, 0, NULL,
+      "1", "seconds a file's attributes are trusted before re-checking" },
+    { "dram", "capacity", KT_SIZE, 0, FIELD(dram_capacity), MIB, UINT64_MAX, NULL,
+      "1G", "memory for cached chunks (at least one chunk)" },
+    { "dram", "policy", KT_CHOICE, 0, FIELD(dram_policy), 0, 0, dram_policies,
+      "lru", "eviction policy of the DRAM tier" },
+    { "nvme", "path", KT_PATH, KF_EMPTY_OK, FIELD(nvme_path), 0, 0, NULL,
+      "/var/cache/granary", "directory of the NVMe tier; empty disables the tier" },
+    { "nvme", "capacity", KT_SIZE, 0, FIELD(nvme_capacity), 0, UINT64_MAX, NULL,
+      "10G", "disk space the NVMe tier may use (at least 16M when enabled)" },
+    { "nvme", "policy", KT_CHOICE, 0, FIELD(nvme_policy), 0, 0, nvme_policies,
+      "lru", "eviction policy of the NVMe tier" },
+    { "nvme", "inline_max", KT_SIZE, 0, FIELD(nvme_inline_max), 0, MIB, NULL,
+      "64K", "chunks up to this size are stored inside RocksDB" },
+};
+
+#define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* printf arguments for "%.*s%s": s cut to CONFIG_QUOTE_MAX bytes plus "...",
+ * so a hostile 10,000-byte value does not flood the log. */
+#define QV(s) (strlen(s) > CONFIG_QUOTE_MAX ? CONFIG_QUOTE_MAX : (int)strlen(s)), (s), \
+              (strlen(s) > CONFIG_QUOTE_MAX ? "..." : "")
+
+static void *field(gr_config *c, const config_key *k)
+{
+    return (char *)c + k->offset;
+}
+
+static const void *cfield(const gr_config *c, const config_key *k)
+{
+    return (const char *)c + k->offset;
+}
+
+static int is_blank(int ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v';
+}
+
+/* Format a byte count with the largest suffix that keeps it exact: 4M, 64K. */
+static void size_format(uint64_t v, char *buf, size_t len)
+{
+    static const char sfx[] = "KMGT";
+    int i = -1;
+
+    while (v != 0 && i < 3 && (v & (KIB - 1)) == 0) {
+        v >>= 10;
+        i++;
+    }
+    if (i < 0)
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+    else
+        snprintf(buf, len, "%llu%c", (unsigned long long)v, sfx[i]);
+}
+
+/* Shortest "%g" form that reads back as the same double. */
+static void seconds_format(double v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.15g", v);
+    if (strtod(buf, NULL) != v)
+        snprintf(buf, len, "%.17g", v);
+}
+
+static const char *choice_find(const char *const *choices, const char *s)
+{
+    for (; *choices; choices++)
+        if (strcasecmp(*choices, s) == 0)
+            return *choices;
+    return NULL;
+}
+
+/* "a|b|c" into buf. */
+static void choices_format(const char *const *choices, char *buf, size_t len)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (; *choices && n < len; choices++) {
+        int w = snprintf(buf + n, len - n, "%s%s", n ? "|" : "", *choices);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
+/* ---- sizes and numbers ------------------------------------------------- */
+
+/* config_parse_size() with overflow (-ERANGE) told apart from bad syntax. */
+static int size_parse(const char *s, uint64_t *out)
+{
+    uint64_t v = 0, mul = 1;
+    const char *p = s;
+
+    if (!isdigit((unsigned char)*p))
+        return -EINVAL;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -ERANGE;
+        v = v * 10 + d;
+    }
+    switch (tolower((unsigned char)*p)) {
+    case 'k': mul = KIB; p++; break;
+    case 'm': mul = MIB; p++; break;
+    case 'g': mul = GIB; p++; break;
+    case 't': mul = GIB * KIB; p++; break;
+    default: break;
+    }
+    if (mul != 1 && tolower((unsigned char)p[0]) == 'i' && tolower((unsigned char)p[1]) == 'b')
+        p += 2;
+    else if (tolower((unsigned char)*p) == 'b')
+        p++;
+    if (*p != '\0')
+        return -EINVAL;
+    if (v > UINT64_MAX / mul)
+        return -ERANGE;
+    *out = v * mul;
+    return 0;
+}
+
+/*
+ * Parse a size: decimal digits, then an optional K, M, G or T (powers of
+ * 1024, any case), then an optional "B" or (after a suffix) "iB".  No sign,
+ * fraction or blanks.  Returns 0 and *out, or -EINVAL (*out untouched).
+ */
+int config_parse_size(const char *s, uint64_t *out)
+{
+    return size_parse(s, out) < 0 ? -EINVAL : 0;
+}
+
+/* Name of a log level ("?" for values outside the enum). */
+const char *config_log_level_name(log_level l)
+{
+    if ((unsigned)l >= sizeof(log_level_names) / sizeof(log_level_names[0]) - 1)
+        return "?";
+    return log_level_names[l];
+}
+
+/* Log level from its name, any case.  0, or -EINVAL (*out untouched). */
+int config_log_level_parse(const char *s, log_level *out)
+{
+    for (int i = 0; log_level_names[i]; i++) {
+        if (strcasecmp(log_level_names[i], s) == 0) {
+            *out = (log_level)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* ---- the setters, one per type ------------------------------------------ */
+
+/* Copy s into a char[size] field, zero-filling the rest so that two configs
+ * holding the same values compare equal with memcmp. */
+static void str_store(char *dst, size_t size, const char *s)
+{
+    memset(dst, 0, size);
+    memcpy(dst, s, strlen(s));
+}
+
+static int has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* Normalise one root (s, n bytes) into out[PATH_MAX]: absolute, runs of '/'
+ * collapsed, no trailing '/' except for "/" itself. */
+static int root_normalise(const config_key *k, const char *s, size_t n, char *out,
+                          char *err, size_t errlen)
+{
+    size_t o = 0;
+
+    if (n == 0) {
+        seterr(err, errlen, "[%s] %s: empty path in the list", k->section, k->name);
+        return -EINVAL;
+    }
+    if (s[0] != '/') {
+        seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an absolute path", k->section, k->name,
+               n > CONFIG_QUOTE_MAX ? CONFIG_QUOTE_MAX : (int)n, s,
+               n > CONFIG_QUOTE_MAX ? "..." : "");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '/' && o > 0 && out[o - 1] == '/')
+            continue;
+        if (o == PATH_MAX - 1) {
+            seterr(err, errlen, "[%s] %s: a path is longer than %d bytes", k->section,
+                   k->name, PATH_MAX - 1);
+            return -EINVAL;
+        }
+        out[o++] = s[i];
+    }
+    if (o > 1 && out[o - 1] == '/')
+        o--;
+    out[o] = '\0';
+    return 0;
+}
+
+/* Roots are checked completely before the field changes, so a bad list
+ * leaves the old one in place. */
+static int set_roots(gr_config *c, const config_key *k, const char *v, char *err, size_t errlen)
+{
+    char norm[PATH_MAX];
+    int n = 0;
+
+    if (!*v) {
+        seterr(err, errlen, "[%s] %s: at least one root directory is needed", k->section,
+               k->name);
+        return -EINVAL;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const char *p = v;
+
+        if (pass == 1) {
+            memset(c->roots, 0, sizeof(c->roots));
+            c->nroots = n;
+            n = 0;
+        }
+        for (;;) {
+            const char *e = strchr(p, ':');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            int rc = root_normalise(k, p, len, norm, err, errlen);
+
+            if (rc < 0)
+                return rc;
+            if (pass == 0) {
+                if (n == CONFIG_MAX_ROOTS) {
+                    seterr(err, errlen, "[%s] %s: more than %d roots", k->section, k->name,
+                           CONFIG_MAX_ROOTS);
+                    return -EINVAL;
+                }
+                for (const char *q = v; q < p; q += strcspn(q, ":") + 1) {
+                    char prev[PATH_MAX];
+                    if (root_normalise(k, q, strcspn(q, ":"), prev, NULL, 0) == 0 &&
+                        strcmp(prev, norm) == 0) {
+                        seterr(err, errlen, "[%s] %s: \"%s\" is listed twice", k->section,
+                               k->name, norm);
+                        return -EINVAL;
+                    }
+                }
+            } else {
+                memcpy(c->roots[n], norm, strlen(norm) + 1);
+            }
+            n++;
+            if (!e)
+                break;
+            p = e + 1;
+        }
+    }
+    return 0;
+}
+
+static int key_set(gr_config *c, const config_key *k, const char *v, char *err, size_t errlen)
+{
+    char lo[32], hi[32];
+    void *f = field(c, k);
+
+    switch (k->type) {
+    case KT_PATH:
+        if (!*v && !(k->flags & KF_EMPTY_OK)) {
+            seterr(err, errlen, "[%s] %s: must not be empty", k->section, k->name);
+            return -EINVAL;
+        }
+        if (strlen(v) >= k->size) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is longer than %zu bytes", k->section,
+                   k->name, QV(v), k->size - 1);
+            return -EINVAL;
+        }
+        if (has_control(v)) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" contains a control character",
+                   k->section, k->name, QV(v));
+            return -EINVAL;
+        }
+        str_store(f, k->size, v);
+        return 0;
+
+    case KT_SIZE: {
+        uint64_t x;
+        int rc = size_parse(v, &x);
+
+        if (rc == -ERANGE) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is too large", k->section, k->name, QV(v));
+            return -EINVAL;
+        }
+        if (rc < 0) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a size (digits with an optional "
+                   "K, M, G or T suffix)", k->section, k->name, QV(v));
+            return -EINVAL;
+        }
+        size_format(k->min, lo, sizeof(lo));
+        size_format(k->max, hi, sizeof(hi));
+        if ((k->flags & KF_POW2) && (x < k->min || x > k->max || (x & (x - 1)) != 0)) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a power of two between %s and %s",
+                   k->section, k->name, QV(v), lo, hi);
+            return -EINVAL;
+        }
+        if (x < k->min || x > k->max) {
+            if (k->max == UINT64_MAX)
+                seterr(err, errlen, "[%s] %s: \"%.*s%s\" is below the minimum %s", k->section,
+                       k->name, QV(v), lo);
+            else
+                seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not between %s and %s", k->section,
+                       k->name, QV(v), lo, hi);
+            return -EINVAL;
+        }
+        *(uint64_t *)f = x;
+        return 0;
+    }
+
+    case KT_INT: {
+        char *end;
+        long long x;
+
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        if (!(isdigit((unsigned char)v[0]) || (v[0] == '-' && isdigit((unsigned char)v[1]))) ||
+            *end != '\0' || errno != 0 || x < (long long)k->min || x > (long long)k->max) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an integer between %llu and %llu",
+                   k->section, k->name, QV(v), (unsigned long long)k->min,
+                   (unsigned long long)k->max);
+            return -EINVAL;
+        }
+        *(int *)f = (int)x;
+        return 0;
+    }
+
+    case KT_MODE: {
+        unsigned long x = 0;
+        const char *p = v;
+
+        for (; *p >= '0' && *p <= '7' && x <= k->max; p++)
+            x = x * 8 + (unsigned)(*p - '0');
+        if (p == v || *p != '\0' || x > k->max) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an octal mode between 0 and %04llo",
+                   k->section, k->name, QV(v), (unsigned long long)k->max);
+            return -EINVAL;
+        }
+        *(unsigned *)f = (unsigned)x;
+        return 0;
+    }
+
+    case KT_SECONDS: {
+        char *end;
+        double x;
+
+        errno = 0;
+        x = strtod(v, &end);
+        /* Plain decimal only (strtod would also take hex, "inf" and
+         * "nan"), and capped so that converting to a timespec in
+         * nanoseconds cannot overflow. */
+        if (!(isdigit((unsigned char)v[0]) || v[0] == '.') ||
+            v[strspn(v, "0123456789.eE+-")] != '\0' || *end != '\0' || errno != 0 ||
+            !(x >= 0 && x <= CONFIG_SECONDS_MAX)) {
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a number of seconds between 0 "
+                   "and %.0f (e.g. 1 or 0.5)", k->section, k->name, QV(v), CONFIG_SECONDS_MAX);
+            return -EINVAL;
+        }
+        *(double *)f = x;
+        return 0;
+    }
+
+    case KT_LOGLEVEL:
+        if (config_log_level_parse(v, f) < 0) {
+            choices_format(k->choices, lo, sizeof(lo));
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
+                   QV(v), lo);
+            return -EINVAL;
+        }
+        return 0;
+
+    case KT_CHOICE: {
+        const char *name = choice_find(k->choices, v);
+
+        if (!name) {
+            choices_format(k->choices, lo, sizeof(lo));
+            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
+                   QV(v), lo);
+            return -EINVAL;
+        }
+        assert(strlen(name) < k->size);
+        str_store(f, k->size, name);
+        return 0;
+    }
+
+    case KT_ROOTS:
+        return set_roots(c, k, v, err, errlen);
+    }
+    assert(0);
+    return -EINVAL;
+}
+
+/* The value of key k in c, in file syntax (unquoted), into buf. */
+static void key_format(const gr_config *c, const config_key *k, char *buf, size_t len)
+{
+    const void *f = cfield(c, k);
+
+    switch (k->type) {
+    case KT_PATH:
+    case KT_CHOICE:
+        snprintf(buf, len, "%.*s", (int)k->size, (const char *)f);
+        break;
+    case KT_SIZE:
+        size_format(*(const uint64_t *)f, buf, len);
+        break;
+    case KT_INT:
+        snprintf(buf, len, "%d", *(const int *)f);
+        break;
+    case KT_MODE:
+        snprintf(buf, len, "%04o", *(const unsigned *)f);
+        break;
+    case KT_SECONDS:
+        seconds_format(*(const double *)f, buf, len);
+        break;
+    case KT_LOGLEVEL:
+        snprintf(buf, len, "%s", config_log_level_name(*(const log_level *)f));
+        break;
+    case KT_ROOTS: {
+        size_t n = 0;
+
+        buf[0] = '\0';
+        for (int i = 0; i < c->nroots && i < CONFIG_MAX_ROOTS && n < len; i++) {
+            int w = snprintf(buf + n, len - n, "%s%.*s", i ? ":" : "", PATH_MAX, c->roots[i]);
+            if (w < 0)
+                break;
+            n += (size_t)w;
+        }
+        break;
+    }
+    }
+}
+
+/* The type column of config_describe: "int 1..256", "size 64K..256M, 2^n". */
+static void type_format(const config_key *k, char *buf, size_t len)
+{
+    char lo[24], hi[24], ch[64];
+
+    size_format(k->min, lo, sizeof(lo));
+    size_format(k->max, hi, sizeof(hi));
+    switch (k->type) {
+    case KT_PATH:
+        snprintf(buf, len, "path");
+        break;
+    case KT_SIZE:
+        if (k->flags & KF_POW2)
+            snprintf(buf, len, "size 2^n %s..%s", lo, hi);
+        else if (k->max != UINT64_MAX)
+            snprintf(buf, len, "size %s..%s", lo, hi);
+        else if (k->min)
+            snprintf(buf, len, "size >= %s", lo);
+        else
+            snprintf(buf, len, "size");
+        break;
+    case KT_INT:
+        snprintf(buf, len, "int %llu..%llu", (unsigned long long)k->min,
+                 (unsigned long long)k->max);
+        break;
+    case KT_MODE:
+        snprintf(buf, len, "octal mode");
+        break;
+    case KT_SECONDS:
+        snprintf(buf, len, "seconds 0..%.0f", CONFIG_SECONDS_MAX);
+        break;
+    case KT_LOGLEVEL:
+    case KT_CHOICE:
+        choices_format(k->choices, ch, sizeof(ch));
+        snprintf(buf, len, "enum %s", ch);
+        break;
+    case KT_ROOTS:
+        snprintf(buf, len, "path list a:b, <= %llu", (unsigned long long)k->max);
+        break;
+    }
+}
+
+static const config_key *key_find(const char *section, const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(config_keys[i].section, section) == 0 && strcmp(config_keys[i].name, name) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+static int section_known(const char *section)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(config_keys[i].section, section) == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+/* Every default goes through its key's setter; a default that fails its own
+ * checks is a bug in config_keys[], caught by assert and by check_config. */
+void config_defaults(gr_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < NKEYS; i++) {
+        int rc = key_set(c, &config_keys[i], config_keys[i].def, NULL, 0);
+        assert(rc == 0);
+        (void)rc;
+    }
+}
+
+/* Set one key from its file form.  0, -ENOENT (unknown section or key) or
+ * -EINVAL, with a message in err.  On error *c is unchanged. */
+int config_set(gr_config *c, const char *section, const char *key, const char *value,
+               char *err, size_t errlen)
+{
+    const config_key *k;
+
+    if (!section_known(section)) {
+        seterr(err, errlen, "unknown section [%.*s%s]", QV(section));
+        return -ENOENT;
+    }
+    k = key_find(section, key);
+    if (!k) {
+        seterr(err, errlen, "unknown key \"%.*s%s\" in [%s]", QV(key), section);
+        return -ENOENT;
+    }
+    return key_set(c, k, value, err, errlen);
+}
+
+/* Trim blanks from both ends of s in place; returns the new start. */
+static char *trim(char *s)
+{
+    char *e;
+
+    while (is_blank((unsigned char)*s))
+        s++;
+    e = s + strlen(s);
+    while (e > s && is_blank((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/* Cut an inline comment: '#' or ';' after a blank.  s points into a line
+ * after its '=', so s[-1] is readable (and trim() only moved the start). */
+static void cut_comment(char *s)
+{
+    for (char *p = s; *p; p++) {
+        if ((*p == '#' || *p == ';') && is_blank((unsigned char)p[-1])) {
+            *p = '\0';
+            return;
+        }
+    }
+}
+
+/* The value part of a "key = value" line (s, after '='), in place: either a
+ * double-quoted string (\" and \\ escape) followed only by a comment, or bare
+ * text up to an inline comment.  NULL with a message on error. */
+static char *parse_value(char *s, char *msg, size_t msglen)
+{
+    char *o, *p;
+
+    s = trim(s);
+    if (*s != '"') {
+        cut_comment(s);
+        return trim(s);
+    }
+    for (o = s, p = s + 1; *p && *p != '"'; p++) {
+        if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
+            p++;
+        *o++ = *p;
+    }
+    if (*p != '"') {
+        seterr(msg, msglen, "unterminated quoted value");
+        return NULL;
+    }
+    *o = '\0';
+    p = trim(p + 1);
+    if (*p && *p != '#' && *p != ';') {
+        seterr(msg, msglen, "unexpected text after the closing quote");
+        return NULL;
+    }
+    return s;
+}
+
+/* One line, NUL-terminated, no '\n'.  *section is the current section
+ * (pointing into an earlier line of the same buffer) or NULL. */
+static int parse_line(gr_config *c, char *line, char **section, char *msg, size_t msglen)
+{
+    char *s = trim(line), *eq, *key, *value;
+    int rc;
+
+    if (*s == '\0' || *s == '#' || *s == ';')
+        return 0;
+    if (*s == '[') {
+        char *close = strchr(s, ']'), *rest;
+
+        if (!close) {
+            seterr(msg, msglen, "expected \"[section]\"");
+            return -EINVAL;
+        }
+        *close = '\0';
+        rest = trim(close + 1);
+        if (*rest && *rest != '#' && *rest != ';') {
+            seterr(msg, msglen, "expected \"[section]\"");
+            return -EINVAL;
+        }
+        s = trim(s + 1);
+        if (!section_known(s)) {
+            seterr(msg, msglen, "unknown section [%.*s%s]", QV(s));
+            return -EINVAL;
+        }
+        *section = s;
+        return 0;
+    }
+    eq = strchr(s, '=');
+    if (!eq || eq == s) {
+        seterr(msg, msglen, "expected \"key = value\"");
+        return -EINVAL;
+    }
+    if (!*section) {
+        seterr(msg, msglen, "key outside any section");
+        return -EINVAL;
+    }
+    *eq = '\0';
+    key = trim(s);
+    value = parse_value(eq + 1, msg, msglen);
+    if (!value)
+        return -EINVAL;
+    rc = config_set(c, *section, key, value, msg, msglen);
+    return rc < 0 ? -EINVAL : 0;
+}
+
+/*
+ * Line by line over a private NUL-terminated copy of text (so lines of any
+ * length need no buffer of their own).  Lines end in "\n" or "\r\n"; the
+ * last needs no newline.  A leading UTF-8 byte order mark is skipped.
+ * Returns 0, -EINVAL ("name:line: message") or -ENOMEM.
+ */
+int config_parse(gr_config *c, const char *text, size_t len, const char *name,
+                 char *err, size_t errlen)
+{
+    char msg[512], *buf, *p, *end, *section = NULL;
+    unsigned line = 0;
+    int rc = 0;
+
+    if (!name)
+        name = "config";
+    buf = malloc(len + 1);
+    if (!buf) {
+        seterr(err, errlen, "%s: out of memory", name);
+        return -ENOMEM;
+    }
+    if (len)
+        memcpy(buf, text, len);
+    buf[len] = '\0';
+    p = buf;
+    end = buf + len;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
+        p += 3;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *eol = nl ? nl : end;
+
+        line++;
+        *eol = '\0';
+        if (strlen(p) != (size_t)(eol - p)) {
+            seterr(err, errlen, "%s:%u: NUL byte in line", name, line);
+            rc = -EINVAL;
+            break;
+        }
+        if (eol > p && eol[-1] == '\r')
+            eol[-1] = '\0';
+        rc = parse_line(c, p, &section, msg, sizeof(msg));
+        if (rc < 0) {
+            seterr(err, errlen, "%s:%u: %s", name, line, msg);
+            break;
+        }
+        p = eol + 1;
+    }
+    free(buf);
+    return rc;
+}
+
+/* Reads the whole file (up to CONFIG_FILE_MAX; any kind of file, so
+ * /dev/stdin works) and parses it with path as the name in messages. */
+int config_load(gr_config *c, const char *path, char *err, size_t errlen)
+{
+    size_t cap = 64 * 1024, len = 0;
+    char *buf = NULL;
+    int fd, rc;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        return rc;
+    }
+    buf = malloc(cap);
+    if (!buf) {
+        seterr(err, errlen, "%s: out of memory", path);
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (;;) {
+        ssize_t n;
+
+        if (len == cap) {
+            char *nb;
+
+            if (cap > CONFIG_FILE_MAX) {
+                seterr(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+                rc = -EFBIG;
+                goto fail;
+            }
+            nb = realloc(buf, cap * 2);
+            if (!nb) {
+                seterr(err, errlen, "%s: out of memory", path);
+                rc = -ENOMEM;
+                goto fail;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            seterr(err, errlen, "%s: read: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    if (len > CONFIG_FILE_MAX) {
+        seterr(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+        rc = -EFBIG;
+        goto fail;
+    }
+    rc = config_parse(c, buf, len, path, err, errlen);
+fail:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Checks that span keys; single values were checked when they were set. */
+int config_validate(const gr_config *c, char *err, size_t errlen)
+{
+    char a[32], b[32];
+
+    if (c->nroots < 1 || c->nroots > CONFIG_MAX_ROOTS) {
+        seterr(err, errlen, "[source] roots: at least one root directory is needed");
+        return -EINVAL;
+    }
+    if (c->dram_capacity < c->chunk_size) {
+        size_format(c->dram_capacity, a, sizeof(a));
+        size_format(c->chunk_size, b, sizeof(b));
+        seterr(err, errlen, "[dram] capacity (%s) is smaller than [source] chunk_size (%s)", a, b);
+        return -EINVAL;
+    }
+    if (c->nvme_path[0] && c->nvme_capacity < 16 * MIB) {
+        size_format(c->nvme_capacity, a, sizeof(a));
+        seterr(err, errlen, "[nvme] capacity (%s) is below 16M; set path = \"\" to disable "
+               "the NVMe tier", a);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void config_describe(FILE *out)
+{
+    char name[64], type[128];
+    int wname = (int)strlen("KEY"), wtype = (int)strlen("TYPE"), wdef = (int)strlen("DEFAULT");
+
+    for (size_t i = 0; i < NKEYS; i++) {
+        const config_key *k = &config_keys[i];
+        int n = snprintf(name, sizeof(name), "%s.%s", k->section, k->name);
+        int d = *k->def ? (int)strlen(k->def) : 2;
+
+        type_format(k, type, sizeof(type));
+        wname = n > wname ? n : wname;
+        wtype = (int)strlen(type) > wtype ? (int)strlen(type) : wtype;
+        wdef = d > wdef ? d : wdef;
+    }
+    fprintf(out, "%-*s  %-*s  %-*s  %s\n", wname, "KEY", wtype, "TYPE", wdef, "DEFAULT",
+            "DESCRIPTION");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const config_key *k = &config_keys[i];
+
+        snprintf(name, sizeof(name), "%s.%s", k->section, k->name);
+        type_format(k, type, sizeof(type));
+        fprintf(out, "%-*s  %-*s  %-*s  %s\n", wname, name, wtype, type, wdef,
+                *k->def ? k->def : "\"\"", k->desc);
+    }
+}
+
+/* A value needs quotes when bare text would not read back the same. */
+static int needs_quotes(const char *v)
+{
+    if (!*v || is_blank((unsigned char)v[0]) || is_blank((unsigned char)v[strlen(v) - 1]) ||
+        v[0] == '"')
+        return 1;
+    for (const char *p = v; *p; p++)
+        if (*p == '#' || *p == ';')
+            return 1;
+    return 0;
+}
+
+/* Output reads back through config_parse to the same values. */
+void config_dump(const gr_config *c, FILE *out)
+{
+    /* Big enough for CONFIG_MAX_ROOTS full-length roots and their colons. */
+    static const size_t vlen = CONFIG_MAX_ROOTS * PATH_MAX + 16;
+    const char *section = NULL;
+    char *v = malloc(vlen);
+
+    if (!v) {
+        fprintf(out, "# out of memory\n");
+        return;
+    }
+    fprintf(out, "# granaryd effective configuration\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const config_key *k = &config_keys[i];
+
+        if (!section || strcmp(section, k->section) != 0) {
+            fprintf(out, "%s[%s]\n", section ? "\n" : "", k->section);
+            section = k->section;
+        }
+        key_format(c, k, v, vlen);
+        if (!needs_quotes(v)) {
+            fprintf(out, "%s = %s\n", k->name, v);
+            continue;
+        }
+        fprintf(out, "%s = \"", k->name);
+        for (const char *p = v; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                fputc('\\', out);
+            fputc(*p, out);
+        }
+        fputs("\"\n", out);
+    }
+    free(v);
+}

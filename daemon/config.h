@@ -1,0 +1,85 @@
+/*
+ * config.h - granaryd's configuration: one table of keys drives parsing,
+ * validation, defaults and `granaryd --describe-config`.
+ *
+ * The file format is INI: "[section]" lines, "key = value" lines, and
+ * comments starting with '#' or ';' at the start of a line (after optional
+ * blanks).  A '#' or ';' preceded by whitespace inside a value also starts a
+ * comment, so "chunk_size = 4M   # note" means "4M".  Lines may be of any
+ * length.  Unknown sections or keys, malformed values and lines that are
+ * neither are errors reported as "FILE:LINE: message".
+ *
+ * Sizes take an optional K/M/G/T suffix (powers of 1024, case-insensitive,
+ * an optional trailing 'B' or 'iB' is accepted: "4M", "4MiB", "4096").
+ */
+#ifndef GR_CONFIG_H
+#define GR_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <limits.h>
+
+#define CONFIG_MAX_ROOTS 16
+
+typedef enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG } log_level;
+
+typedef struct gr_config {
+    /* [daemon] */
+    char socket[108];          /* Unix socket path (sun_path limit) */
+    unsigned socket_mode;      /* permission bits of the socket, octal in the file */
+    int io_threads;            /* threads for source reads and RocksDB calls, 1..256 */
+    log_level log_level;       /* error | warn | info | debug */
+    int max_clients;           /* connections accepted at once, 1..65536 */
+    /* [source] */
+    char roots[CONFIG_MAX_ROOTS][PATH_MAX]; /* colon-separated in the file, absolute */
+    int nroots;
+    uint64_t chunk_size;       /* bytes; power of two, 64K..256M */
+    double attr_ttl;           /* seconds an attribute lookup is trusted, >= 0 */
+    /* [dram] */
+    uint64_t dram_capacity;    /* bytes */
+    char dram_policy[16];      /* lru (more with the DRAM tier issue) */
+    /* [nvme] */
+    char nvme_path[PATH_MAX];  /* directory of the NVMe tier; "" disables the tier */
+    uint64_t nvme_capacity;    /* bytes, hard limit on disk */
+    char nvme_policy[16];      /* lru */
+    uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
+} gr_config;
+
+/* Fill *c with every key's default.  Never fails. */
+void config_defaults(gr_config *c);
+
+/*
+ * Parse the INI text (len bytes, need not be NUL-terminated) on top of *c.
+ * name is used in error messages ("name:line: ...").
+ * Returns 0, or -EINVAL with a one-line message in err (errlen bytes).
+ * On error *c may be partly updated: parse into a copy if that matters.
+ */
+int config_parse(gr_config *c, const char *text, size_t len, const char *name,
+                 char *err, size_t errlen);
+
+/* Read the file at path and config_parse it.  -errno (message in err) when
+ * the file cannot be read. */
+int config_load(gr_config *c, const char *path, char *err, size_t errlen);
+
+/* Set one key from its string form, as the file would.  Returns 0 or
+ * -EINVAL / -ENOENT (unknown key) with a message in err. */
+int config_set(gr_config *c, const char *section, const char *key,
+               const char *value, char *err, size_t errlen);
+
+/* Checks across keys (e.g. roots present) after all parsing.  0 or -EINVAL. */
+int config_validate(const gr_config *c, char *err, size_t errlen);
+
+/* Print every key: section, name, type, default and description. */
+void config_describe(FILE *out);
+
+/* Print the effective configuration as an INI file. */
+void config_dump(const gr_config *c, FILE *out);
+
+/* Parse a size ("4M", "512", "1GiB").  0 or -EINVAL (bad syntax, overflow). */
+int config_parse_size(const char *s, uint64_t *out);
+
+/* Name of a log level, and the reverse (-EINVAL if unknown). */
+const char *config_log_level_name(log_level l);
+int config_log_level_parse(const char *s, log_level *out);
+
+#endif

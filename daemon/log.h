@@ -1,0 +1,28 @@
+/*
+ * log.h - leveled logging to stderr (journald picks it up under systemd).
+ *
+ * The macros test the level before evaluating their arguments, so a debug
+ * line on a hot path costs one branch when debug logging is off.  Call sites
+ * add the failing call and strerror themselves: log_warn("open %s: %s", p,
+ * strerror(errno)).
+ */
+#ifndef GR_LOG_H
+#define GR_LOG_H
+
+#include "config.h"
+
+extern log_level log_current_level;
+
+/* Set the level below which lines are dropped. */
+void log_set_level(log_level l);
+
+/* Write one line "LEVEL message" to stderr; thread-safe (one write(2)). */
+void log_write(log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_at(l, ...) do { if ((l) <= log_current_level) log_write((l), __VA_ARGS__); } while (0)
+#define log_error(...) log_at(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_at(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_at(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_at(LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,859 @@
+/*
+ * server.c - client connections and request handling (see server.h).
+ *
+ * Life of a READ: decode -> look the handle up -> one fetcher_get per chunk
+ * the range touches -> when the last chunk arrives, queue one reply whose
+ * iovec points into the chunks (no copy before sendmsg) -> send, or keep it
+ * queued with the chunk references until the socket drains.
+ *
+ * A connection is refcounted: the loop's own reference plus one per request
+ * in flight.  Closing marks it dead and closes the fd; completions for a
+ * dead connection only drop their references.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "proto.h"
+#include "server.h"
+
+#define CONN_MAX_HANDLES   4096          /* open files per connection */
+#define CONN_MAX_INFLIGHT  256           /* requests in flight per connection */
+#define CONN_MAX_OUTQ      (16u << 20)   /* queued reply bytes before we stop reading */
+#define CONN_READ_BATCH    64            /* messages taken per wake-up, for fairness */
+#define READ_MAX_CHUNKS    8             /* PROTO_MAX_DATA / 64K chunk_size minimum, + 1 */
+#define SNDBUF_WANT        (4 << 20)
+
+typedef struct outmsg outmsg;
+struct outmsg {
+    outmsg *next;
+    size_t len;                 /* bytes in the message */
+    int niov;
+    struct iovec iov[1 + READ_MAX_CHUNKS];
+    chunk *refs[READ_MAX_CHUNKS];
+    int nrefs;
+    uint8_t buf[];              /* header, and a small body if any */
+};
+
+typedef struct conn conn;
+struct conn {
+    server *srv;
+    int fd;
+    struct event *ev;
+    unsigned id;
+    uid_t uid;
+    gid_t gid;
+    pid_t pid;
+    unsigned refs;              /* the loop's + one per request in flight */
+    int dead;
+    int reading;                /* EV_READ armed */
+    int writing;                /* EV_WRITE armed */
+    srcfile **handles;          /* handle h is handles[h - 1] */
+    uint32_t nhandles;          /* slots allocated */
+    unsigned inflight;
+    outmsg *outq, *outq_tail;
+    size_t outq_bytes;
+    conn *prev, *next;
+};
+
+struct server {
+    server_deps d;
+    int lfd;
+    int bound;                  /* the socket file is ours to remove */
+    struct event *lev;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    conn *conns;
+    unsigned nconns, next_id;
+    uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */
+};
+
+typedef struct readreq readreq;
+
+/* The fetch_cb argument for one chunk of a READ. */
+typedef struct readslot {
+    readreq *r;
+    unsigned i;
+} readslot;
+
+/* A READ in flight. */
+struct readreq {
+    conn *c;
+    uint32_t req_id;
+    srcfile *f;
+    uint64_t off;
+    uint32_t len;
+    uint64_t first;             /* index of the first chunk */
+    unsigned n, waiting;
+    int err;
+    char errmsg[256];
+    chunk *chunks[READ_MAX_CHUNKS];
+    readslot slots[READ_MAX_CHUNKS];
+};
+
+/* An OPEN whose attributes are being fetched. */
+typedef struct openreq {
+    wq_job job;
+    conn *c;
+    uint32_t req_id;
+    char *norm;
+    int root;
+    struct stat st;
+    int rc;
+    char errmsg[256];
+} openreq;
+
+static void conn_event(evutil_socket_t fd, short what, void *arg);
+static void conn_close(conn *c);
+
+static conn *conn_ref(conn *c)
+{
+    c->refs++;
+    return c;
+}
+
+static void conn_unref(conn **cp)
+{
+    conn *c = *cp;
+
+    *cp = NULL;
+    if (--c->refs)
+        return;
+    free(c->handles);
+    free(c);
+}
+
+/* Arm the event for what the connection needs now: reading unless it is
+ * over its limits, writing while replies are queued. */
+static void conn_update_events(conn *c)
+{
+    int want_read = c->inflight < CONN_MAX_INFLIGHT && c->outq_bytes < CONN_MAX_OUTQ;
+    int want_write = c->outq != NULL;
+    short what = (short)((want_read ? EV_READ : 0) | (want_write ? EV_WRITE : 0));
+
+    if (want_read == c->reading && want_write == c->writing)
+        return;
+    event_del(c->ev);
+    event_assign(c->ev, c->srv->d.base, c->fd, (short)(what | EV_PERSIST), conn_event, c);
+    if (what)
+        event_add(c->ev, NULL);
+    c->reading = want_read;
+    c->writing = want_write;
+}
+
+static void outmsg_free(outmsg *m)
+{
+    for (int i = 0; i < m->nrefs; i++)
+        chunk_unref(&m->refs[i]);
+    free(m);
+}
+
+/* Try to send the queue head-first.  Returns 0, or -1 if the connection
+ * failed (and was closed). */
+static int conn_flush(conn *c)
+{
+    while (c->outq) {
+        outmsg *m = c->outq;
+        struct msghdr mh = { .msg_iov = m->iov, .msg_iovlen = (size_t)m->niov };
+        ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n < 0) {
+            log_debug("client %u: sendmsg: %s", c->id, strerror(errno));
+            conn_close(c);
+            return -1;
+        }
+        c->outq = m->next;
+        if (!c->outq)
+            c->outq_tail = NULL;
+        c->outq_bytes -= m->len;
+        outmsg_free(m);
+    }
+    conn_update_events(c);
+    return 0;
+}
+
+/* Queue m and try to send. */
+static void conn_send(conn *c, outmsg *m)
+{
+    if (c->dead) {
+        outmsg_free(m);
+        return;
+    }
+    m->next = NULL;
+    if (c->outq_tail)
+        c->outq_tail->next = m;
+    else
+        c->outq = m;
+    c->outq_tail = m;
+    c->outq_bytes += m->len;
+    conn_flush(c);
+}
+
+/* A message of hdr + body bytes copied from body (may be NULL when blen is
+ * 0).  NULL on out-of-memory. */
+static outmsg *outmsg_new(size_t blen)
+{
+    outmsg *m = calloc(1, sizeof(*m) + PROTO_HDR_LEN + blen);
+
+    if (!m)
+        return NULL;
+    m->len = PROTO_HDR_LEN + blen;
+    m->iov[0].iov_base = m->buf;
+    m->iov[0].iov_len = PROTO_HDR_LEN + blen;
+    m->niov = 1;
+    return m;
+}
+
+static void reply_error(conn *c, uint8_t op, uint32_t req_id, int err, const char *text)
+{
+    outmsg *m = outmsg_new(PROTO_MAX_ERRMSG);
+
+    c->srv->d.stats->request_errors++;
+    if (!m)
+        return;
+    m->len = (size_t)proto_enc_error(m->buf, PROTO_HDR_LEN + PROTO_MAX_ERRMSG, op, req_id,
+                                     err, text ? text : strerror(-err));
+    m->iov[0].iov_len = m->len;
+    conn_send(c, m);
+}
+
+/* Append a handle for f (the connection takes a reference).  Returns the
+ * handle or -EMFILE / -ENOMEM. */
+static int64_t conn_add_handle(conn *c, srcfile *f)
+{
+    uint32_t h;
+
+    for (h = 0; h < c->nhandles; h++)
+        if (!c->handles[h])
+            break;
+    if (h == c->nhandles) {
+        uint32_t n = c->nhandles ? c->nhandles * 2 : 16;
+        srcfile **nh;
+        if (c->nhandles >= CONN_MAX_HANDLES)
+            return -EMFILE;
+        if (n > CONN_MAX_HANDLES)
+            n = CONN_MAX_HANDLES;
+        nh = realloc(c->handles, n * sizeof(*nh));
+        if (!nh)
+            return -ENOMEM;
+        memset(nh + c->nhandles, 0, (n - c->nhandles) * sizeof(*nh));
+        c->handles = nh;
+        c->nhandles = n;
+    }
+    c->handles[h] = srcfile_ref(f);
+    return h + 1;
+}
+
+static srcfile *conn_handle(conn *c, uint32_t h)
+{
+    return h >= 1 && h <= c->nhandles ? c->handles[h - 1] : NULL;
+}
+
+static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
+{
+    proto_attr a = { 0 };
+    int64_t h = conn_add_handle(c, f);
+    outmsg *m;
+
+    if (h < 0) {
+        reply_error(c, PROTO_OP_OPEN, req_id, (int)h,
+                    h == -EMFILE ? "too many open files on this connection" : NULL);
+        return;
+    }
+    a.handle = (uint32_t)h;
+    a.chunk_size = f->chunk_size;
+    a.size = (uint64_t)f->st.st_size;
+    a.ino = (uint64_t)f->st.st_ino;
+    a.dev = (uint64_t)f->st.st_dev;
+    a.mtime_sec = f->st.st_mtim.tv_sec;
+    a.mtime_nsec = (uint32_t)f->st.st_mtim.tv_nsec;
+    a.mode = f->st.st_mode;
+    a.blksize = (uint32_t)f->st.st_blksize;
+    a.uid = f->st.st_uid;
+    a.gid = f->st.st_gid;
+    a.nlink = (uint32_t)f->st.st_nlink;
+    m = outmsg_new(PROTO_ATTR_LEN);
+    if (!m)
+        return;
+    proto_enc_attr(m->buf, m->len, req_id, &a);
+    conn_send(c, m);
+}
+
+static void open_run(wq_job *j)
+{
+    openreq *o = (openreq *)j;
+    conn *c = o->c;
+
+    o->rc = source_stat(c->srv->d.src, o->norm, o->root, &o->st, o->errmsg, sizeof(o->errmsg));
+}
+
+static void open_done(wq_job *j)
+{
+    openreq *o = (openreq *)j;
+    conn *c = o->c;
+    srcfile *f;
+
+    c->inflight--;
+    if (c->dead) {
+        free(o->norm);
+    } else if (o->rc < 0) {
+        c->srv->d.stats->source_errors++;
+        reply_error(c, PROTO_OP_OPEN, o->req_id, o->rc, o->errmsg);
+        free(o->norm);
+    } else {
+        f = source_install(c->srv->d.src, o->norm, o->root, &o->st, source_now());
+        if (f)
+            reply_attr(c, o->req_id, f);
+        else
+            reply_error(c, PROTO_OP_OPEN, o->req_id, -ENOMEM, NULL);
+        srcfile_unref(&f);
+    }
+    if (!c->dead)
+        conn_update_events(c);
+    conn_unref(&o->c);
+    free(o);
+}
+
+static void handle_open(conn *c, const proto_msg *m)
+{
+    server *s = c->srv;
+    char err[256];
+    char *norm;
+    int root, rc;
+    srcfile *f;
+    openreq *o;
+
+    s->d.stats->opens++;
+    rc = source_resolve(s->d.src, m->u.open.path, m->u.open.len, &norm, &root, err, sizeof(err));
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);
+        return;
+    }
+    f = source_lookup(s->d.src, norm, source_now());
+    if (f) {
+        s->d.stats->attr_cache_hits++;
+        free(norm);
+        reply_attr(c, m->h.req_id, f);
+        srcfile_unref(&f);
+        return;
+    }
+    o = calloc(1, sizeof(*o));
+    if (!o) {
+        free(norm);
+        reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    o->job.run = open_run;
+    o->job.done = open_done;
+    o->c = conn_ref(c);
+    o->req_id = m->h.req_id;
+    o->norm = norm;
+    o->root = root;
+    c->inflight++;
+    workers_submit(s->d.w, &o->job, WQ_DEMAND);
+}
+
+static void handle_close(conn *c, const proto_msg *m)
+{
+    srcfile *f = conn_handle(c, m->u.handle);
+    outmsg *o;
+
+    if (!f) {
+        reply_error(c, PROTO_OP_CLOSE, m->h.req_id, -EBADF, "no such handle");
+        return;
+    }
+    c->handles[m->u.handle - 1] = NULL;
+    srcfile_unref(&f);
+    o = outmsg_new(0);
+    if (!o)
+        return;
+    proto_enc_ok(o->buf, o->len, PROTO_OP_CLOSE, m->h.req_id);
+    conn_send(c, o);
+}
+
+/* All chunks of r are in (or one failed): answer and free r. */
+static void read_finish(readreq *r)
+{
+    conn *c = r->c;
+    outmsg *m;
+
+    c->inflight--;
+    if (c->dead)
+        goto out;
+    if (r->err < 0) {
+        reply_error(c, PROTO_OP_READ, r->req_id, r->err, r->errmsg);
+        goto out;
+    }
+    m = outmsg_new(0);
+    if (!m) {
+        reply_error(c, PROTO_OP_READ, r->req_id, -ENOMEM, NULL);
+        goto out;
+    }
+    /* One iovec per chunk slice; the message keeps the chunks alive. */
+    {
+        uint64_t pos = r->off, end = r->off + r->len;
+        uint64_t cs = r->f->chunk_size;
+        for (unsigned i = 0; i < r->n; i++) {
+            chunk *ch = r->chunks[i];
+            uint64_t cstart = (r->first + i) * cs;
+            uint64_t from = pos - cstart;
+            uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
+            m->iov[m->niov].iov_base = ch->data + from;
+            m->iov[m->niov].iov_len = (size_t)(to - from);
+            m->niov++;
+            m->refs[m->nrefs++] = r->chunks[i];
+            r->chunks[i] = NULL;
+            pos = cstart + to;
+        }
+        m->len = PROTO_HDR_LEN + r->len;
+        proto_encode_hdr(m->buf, PROTO_OP_READ, PROTO_F_REPLY, r->req_id, 0, r->len);
+    }
+    c->srv->d.stats->bytes_served += r->len;
+    conn_send(c, m);
+out:
+    for (unsigned i = 0; i < r->n; i++)
+        chunk_unref(&r->chunks[i]);
+    if (!c->dead)
+        conn_update_events(c);
+    srcfile_unref(&r->f);
+    conn_unref(&r->c);
+    free(r);
+}
+
+/* fetch_cb for one chunk of a READ; the first error's message is kept. */
+static void read_chunk_cb(void *arg, chunk *ch, int err, const char *errmsg)
+{
+    readslot *slot = arg;
+    readreq *r = slot->r;
+    unsigned i = slot->i;
+
+    if (err < 0) {
+        if (r->err == 0) {
+            r->err = err;
+            snprintf(r->errmsg, sizeof(r->errmsg), "%s", errmsg ? errmsg : strerror(-err));
+        }
+    } else {
+        r->chunks[i] = chunk_ref(ch);
+    }
+    if (--r->waiting == 0)
+        read_finish(r);
+}
+
+static void handle_read(conn *c, const proto_msg *m)
+{
+    srcfile *f = conn_handle(c, m->u.read.handle);
+    uint64_t size, off = m->u.read.off, len = m->u.read.len, cs;
+    readreq *r;
+    unsigned n;
+
+    if (!f) {
+        reply_error(c, PROTO_OP_READ, m->h.req_id, -EBADF, "no such handle");
+        return;
+    }
+    size = (uint64_t)f->st.st_size;
+    cs = f->chunk_size;
+    if (off >= size || len == 0) {
+        outmsg *o = outmsg_new(0);
+        if (o) {
+            proto_encode_hdr(o->buf, PROTO_OP_READ, PROTO_F_REPLY, m->h.req_id, 0, 0);
+            conn_send(c, o);
+        }
+        return;
+    }
+    if (len > size - off)
+        len = size - off;
+    n = (unsigned)((off + len - 1) / cs - off / cs + 1);
+    if (n > READ_MAX_CHUNKS) {
+        reply_error(c, PROTO_OP_READ, m->h.req_id, -EINVAL, "read spans too many chunks");
+        return;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        reply_error(c, PROTO_OP_READ, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    r->c = conn_ref(c);
+    r->req_id = m->h.req_id;
+    r->f = srcfile_ref(f);
+    r->off = off;
+    r->len = (uint32_t)len;
+    r->first = off / cs;
+    r->n = n;
+    /* +1 so that callbacks running synchronously (DRAM hits) cannot finish
+     * the request before every chunk has been asked for. */
+    r->waiting = n + 1;
+    c->inflight++;
+    for (unsigned i = 0; i < n; i++) {
+        r->slots[i].r = r;
+        r->slots[i].i = i;
+        fetcher_get(c->srv->d.fx, f, r->first + i, read_chunk_cb, &r->slots[i]);
+    }
+    if (--r->waiting == 0)
+        read_finish(r);
+}
+
+static void handle_hello(conn *c, const proto_msg *m)
+{
+    proto_hello h = {
+        .version = PROTO_VERSION,
+        .max_msg = PROTO_MAX_MSG,
+        .max_data = PROTO_MAX_DATA,
+        .chunk_size = (uint32_t)c->srv->d.cfg->chunk_size,
+    };
+    outmsg *o = outmsg_new(PROTO_HELLO_LEN);
+
+    if (!o)
+        return;
+    proto_enc_hello(o->buf, o->len, PROTO_F_REPLY, m->h.req_id, &h);
+    conn_send(c, o);
+}
+
+static void handle_stats(conn *c, const proto_msg *m)
+{
+    gr_stats st;
+    size_t off = 0, cap = 4096;
+    outmsg *o = outmsg_new(cap);
+
+    if (!o)
+        return;
+    server_snapshot(c->srv, &st);
+#define GR_STATS_PUT(kind, name, help) \
+    proto_stats_put(o->buf + PROTO_HDR_LEN, cap, &off, #name, st.name);
+    GR_STATS(GR_STATS_PUT)
+#undef GR_STATS_PUT
+    proto_encode_hdr(o->buf, PROTO_OP_STATS, PROTO_F_REPLY, m->h.req_id, 0, (uint32_t)off);
+    o->len = PROTO_HDR_LEN + off;
+    o->iov[0].iov_len = o->len;
+    conn_send(c, o);
+}
+
+/* Decode and act on one received message of n bytes in s->rbuf. */
+static void conn_dispatch(conn *c, size_t n, int truncated)
+{
+    server *s = c->srv;
+    proto_msg m;
+    size_t used;
+    int rc;
+
+    s->d.stats->requests++;
+    rc = truncated ? -EMSGSIZE : proto_decode(s->rbuf, n, &m, &used);
+    if (rc == 0 && used != n)
+        rc = -EPROTO;               /* one message per packet, nothing after it */
+    if (rc == PROTO_NEED_MORE)
+        rc = -EPROTO;               /* a packet is a whole message */
+    if (rc == 0 && (m.h.flags & PROTO_F_REPLY))
+        rc = -EPROTO;
+    if (rc < 0) {
+        proto_hdr h;
+        /* Answer with the request id when the header was readable, so the
+         * client can match the error; otherwise id 0. */
+        int hrc = proto_decode_hdr(s->rbuf, n, &h);
+        uint32_t id = (hrc == 0 || hrc == -EMSGSIZE) ? h.req_id : 0;
+        uint8_t op = (hrc == 0 || hrc == -EMSGSIZE) ? h.op : 0;
+        char text[128];
+        snprintf(text, sizeof(text), "malformed request (%s)", strerror(-rc));
+        log_debug("client %u: %s", c->id, text);
+        reply_error(c, op ? op : PROTO_OP_HELLO, id, rc, text);
+        return;
+    }
+    switch (m.h.op) {
+    case PROTO_OP_HELLO:
+        handle_hello(c, &m);
+        break;
+    case PROTO_OP_OPEN:
+        handle_open(c, &m);
+        break;
+    case PROTO_OP_CLOSE:
+        handle_close(c, &m);
+        break;
+    case PROTO_OP_READ:
+        handle_read(c, &m);
+        break;
+    case PROTO_OP_STATS:
+        handle_stats(c, &m);
+        break;
+    default:
+        reply_error(c, m.h.op, m.h.req_id, -EOPNOTSUPP, "unknown operation");
+        break;
+    }
+}
+
+static void conn_readable(conn *c)
+{
+    server *s = c->srv;
+
+    for (int i = 0; i < CONN_READ_BATCH && !c->dead; i++) {
+        struct iovec iov = { s->rbuf, sizeof(s->rbuf) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        ssize_t n;
+
+        if (c->inflight >= CONN_MAX_INFLIGHT || c->outq_bytes >= CONN_MAX_OUTQ)
+            break;                  /* back-pressure: leave the rest unread */
+        n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            if (n < 0)
+                log_debug("client %u: recvmsg: %s", c->id, strerror(errno));
+            conn_close(c);
+            return;
+        }
+        conn_dispatch(c, (size_t)n, (mh.msg_flags & MSG_TRUNC) != 0);
+    }
+    if (!c->dead)
+        conn_update_events(c);
+}
+
+static void conn_event(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+
+    (void)fd;
+    conn_ref(c);
+    if ((what & EV_WRITE) && !c->dead)
+        conn_flush(c);
+    if ((what & EV_READ) && !c->dead)
+        conn_readable(c);
+    conn_unref(&c);
+}
+
+/* Disconnect: drop handles and queued replies, close the fd, and drop the
+ * loop's reference.  In-flight requests hold the struct until they end. */
+static void conn_close(conn *c)
+{
+    server *s = c->srv;
+
+    if (c->dead)
+        return;
+    c->dead = 1;
+    log_debug("client %u (pid %d uid %u) disconnected", c->id, (int)c->pid, (unsigned)c->uid);
+    event_free(c->ev);
+    c->ev = NULL;
+    close(c->fd);
+    c->fd = -1;
+    while (c->outq) {
+        outmsg *m = c->outq;
+        c->outq = m->next;
+        outmsg_free(m);
+    }
+    c->outq_tail = NULL;
+    c->outq_bytes = 0;
+    for (uint32_t h = 0; h < c->nhandles; h++)
+        srcfile_unref(&c->handles[h]);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    s->d.stats->connections = s->nconns;
+    conn_unref(&c);
+}
+
+static void server_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    server *s = arg;
+
+    (void)what;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct ucred cred = { 0 };
+        socklen_t clen = sizeof(cred);
+        int sndbuf = SNDBUF_WANT;
+        conn *c;
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        if (s->nconns >= (unsigned)s->d.cfg->max_clients) {
+            uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_ERRMSG];
+            ssize_t n = proto_enc_error(buf, sizeof(buf), PROTO_OP_HELLO, 0, -EUSERS,
+                                        "too many clients (max_clients)");
+            if (send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+                log_debug("refused client: %s", strerror(errno));
+            close(fd);
+            s->d.stats->connections_refused++;
+            continue;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
+            log_warn("SO_PEERCRED: %s", strerror(errno));
+        /* Larger send buffers let a whole READ reply go out in one call;
+         * the kernel caps this at net.core.wmem_max. */
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+        c->srv = s;
+        c->fd = fd;
+        c->id = ++s->next_id;
+        c->uid = cred.uid;
+        c->gid = cred.gid;
+        c->pid = cred.pid;
+        c->refs = 1;
+        c->ev = event_new(s->d.base, fd, EV_READ | EV_PERSIST, conn_event, c);
+        if (!c->ev || event_add(c->ev, NULL) < 0) {
+            if (c->ev)
+                event_free(c->ev);
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->reading = 1;
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->nconns++;
+        s->d.stats->connections = s->nconns;
+        s->d.stats->connections_total++;
+        log_debug("client %u connected: pid %d uid %u gid %u", c->id, (int)c->pid,
+                  (unsigned)c->uid, (unsigned)c->gid);
+    }
+}
+
+/* mkdir -p of the socket's directory (0755: the socket's own mode guards it). */
+static int make_parent_dirs(const char *path, char *err, size_t errlen)
+{
+    char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) < 0 && errno != EEXIST) {
+            int e = errno;
+            snprintf(err, errlen, "mkdir %s: %s", tmp, strerror(e));
+            return -e;
+        }
+        *p = '/';
+    }
+    return 0;
+}
+
+int server_start(const server_deps *deps, server **out, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    server *s = calloc(1, sizeof(*s));
+    int rc;
+
+    if (!s)
+        return -ENOMEM;
+    s->d = *deps;
+    s->lfd = -1;
+    snprintf(s->path, sizeof(s->path), "%s", deps->cfg->socket);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", s->path);
+    rc = make_parent_dirs(s->path, err, errlen);
+    if (rc < 0)
+        goto fail;
+    s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        goto fail;
+    }
+    /* A socket file left by a crash is replaced; one that answers belongs
+     * to a running daemon and is not. */
+    if (connect(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN) {
+        snprintf(err, errlen, "%s: another granaryd is already listening", s->path);
+        rc = -EADDRINUSE;
+        goto fail;
+    }
+    close(s->lfd);
+    s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        goto fail;
+    }
+    unlink(s->path);
+    if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        s->bound = 1;
+    if (!s->bound || chmod(s->path, deps->cfg->socket_mode) < 0 || listen(s->lfd, 512) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "listen on %s: %s", s->path, strerror(errno));
+        goto fail;
+    }
+    s->lev = event_new(deps->base, s->lfd, EV_READ | EV_PERSIST, server_accept, s);
+    if (!s->lev || event_add(s->lev, NULL) < 0) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "event_new failed");
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    server_shutdown(s);
+    free(s);
+    return rc;
+}
+
+void server_shutdown(server *s)
+{
+    if (s->lev) {
+        event_free(s->lev);
+        s->lev = NULL;
+    }
+    if (s->lfd >= 0) {
+        close(s->lfd);
+        s->lfd = -1;
+    }
+    if (s->bound) {
+        unlink(s->path);
+        s->bound = 0;
+    }
+    while (s->conns)
+        conn_close(s->conns);
+}
+
+void server_free(server **sp)
+{
+    server *s = *sp;
+
+    if (!s)
+        return;
+    server_shutdown(s);
+    free(s);
+    *sp = NULL;
+}
+
+void server_snapshot(server *s, gr_stats *out)
+{
+    dram_stats ds;
+
+    *out = *s->d.stats;
+    dram_get_stats(s->d.dram, &ds);
+    out->dram_used_bytes = ds.used_bytes;
+    out->dram_capacity_bytes = ds.capacity_bytes;
+    out->dram_chunks = ds.chunks;
+    out->evictions_dram = ds.evictions;
+    out->fetches_inflight = fetcher_inflight(s->d.fx);
+    out->connections = s->nconns;
+    if (s->d.nvme) {
+        store_stats ns;
+        store_get_stats(s->d.nvme, &ns);
+        out->nvme_used_bytes = ns.used_bytes;
+        out->nvme_capacity_bytes = ns.capacity_bytes;
+        out->nvme_chunks = ns.chunks;
+        out->evictions_nvme = ns.evictions;
+    }
+}

@@ -1,0 +1,59 @@
+/*
+ * server.h - the Unix socket front end: accepts clients, decodes their
+ * requests, answers them from the fetch engine, and applies per-client
+ * limits and back-pressure.
+ *
+ * Connections are SOCK_SEQPACKET, served by one raw libevent event each
+ * (bufferevents would truncate messages and drop SCM_RIGHTS fds).  A client
+ * that sends faster than it reads has its socket left unread until its
+ * replies drain; a client that sends garbage gets an error reply and, if it
+ * keeps the connection, keeps being served.  Nothing a client does blocks
+ * the loop or the other clients.
+ *
+ * Threads: the loop thread only.
+ */
+#ifndef GR_SERVER_H
+#define GR_SERVER_H
+
+#include <event2/event.h>
+
+#include "cache.h"
+#include "config.h"
+#include "fetch.h"
+#include "source.h"
+#include "stats.h"
+#include "store.h"
+#include "workers.h"
+
+typedef struct server server;
+
+typedef struct server_deps {
+    struct event_base *base;
+    const gr_config *cfg;
+    source *src;
+    fetcher *fx;
+    workers *w;
+    dram *dram;
+    store *nvme;                /* NULL without an NVMe tier */
+    gr_stats *stats;
+} server_deps;
+
+/*
+ * Create the socket at cfg->socket (its directory made if missing, a stale
+ * socket replaced, a live one refused), listen, and start serving.  deps
+ * are borrowed and must outlive the server.  0 or -errno with a reason in
+ * err.
+ */
+int server_start(const server_deps *deps, server **out, char *err, size_t errlen);
+
+/* Stop accepting, remove the socket file, and disconnect every client.
+ * Requests still in flight finish into the void as their jobs complete. */
+void server_shutdown(server *s);
+
+/* Free what is left; call after the workers have stopped.  NULL-safe. */
+void server_free(server **s);
+
+/* Fill *out with counters and the tiers' gauges. */
+void server_snapshot(server *s, gr_stats *out);
+
+#endif

@@ -1,0 +1,435 @@
+/*
+ * source.c - path checks, file identity, the attribute cache and chunk
+ * reads from the distributed filesystem (see source.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "log.h"
+#include "source.h"
+
+#define ATTR_CACHE_MAX 65536            /* entries kept; oldest go first */
+
+struct source {
+    char roots[CONFIG_MAX_ROOTS][PATH_MAX];
+    size_t rootlen[CONFIG_MAX_ROOTS];
+    int nroots;
+    uint64_t chunk_size;
+    double attr_ttl;
+    int have_openat2;                   /* cleared when the kernel lacks it */
+    /* Attribute cache: path -> current srcfile, plus an age list. */
+    srcfile **buckets;
+    size_t nbuckets;                    /* power of two */
+    size_t count;
+    srcfile *oldest, *newest;
+};
+
+double source_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int source_new(const gr_config *cfg, source **out)
+{
+    source *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return -ENOMEM;
+    for (int i = 0; i < cfg->nroots; i++) {
+        snprintf(s->roots[i], PATH_MAX, "%s", cfg->roots[i]);
+        s->rootlen[i] = strlen(s->roots[i]);
+    }
+    s->nroots = cfg->nroots;
+    s->chunk_size = cfg->chunk_size;
+    s->attr_ttl = cfg->attr_ttl;
+    s->have_openat2 = 1;
+    s->nbuckets = 1024;
+    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+    if (!s->buckets) {
+        free(s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+static void attr_unlink(source *s, srcfile *f);
+
+void source_free(source **sp)
+{
+    source *s = *sp;
+
+    if (!s)
+        return;
+    while (s->oldest) {
+        srcfile *f = s->oldest;
+        attr_unlink(s, f);
+        srcfile_unref(&f);
+    }
+    free(s->buckets);
+    free(s);
+    *sp = NULL;
+}
+
+int source_resolve(source *s, const char *path, size_t len, char **norm, int *root,
+                   char *err, size_t errlen)
+{
+    char *n;
+    size_t o = 0;
+
+    if (len == 0 || memchr(path, '\0', len)) {
+        snprintf(err, errlen, "invalid path");
+        return -EINVAL;
+    }
+    if (path[0] != '/') {
+        snprintf(err, errlen, "path must be absolute: %.*s", (int)(len > 200 ? 200 : len), path);
+        return -EINVAL;
+    }
+    if (len >= PATH_MAX) {
+        snprintf(err, errlen, "path too long (%zu bytes)", len);
+        return -ENAMETOOLONG;
+    }
+    n = malloc(len + 1);
+    if (!n)
+        return -ENOMEM;
+    /* Copy component by component, dropping empty ones and refusing "."
+     * and ".." outright: a client has no reason to send them, and refusing
+     * is simpler to reason about than resolving them. */
+    for (size_t i = 0; i < len;) {
+        size_t j;
+        while (i < len && path[i] == '/')
+            i++;
+        if (i == len)
+            break;
+        j = i;
+        while (j < len && path[j] != '/')
+            j++;
+        if ((j - i == 1 && path[i] == '.') || (j - i == 2 && path[i] == '.' && path[i + 1] == '.')) {
+            snprintf(err, errlen, "path outside the source roots (\".\" or \"..\" component): %.*s",
+                     (int)(len > 200 ? 200 : len), path);
+            free(n);
+            return -EACCES;
+        }
+        n[o++] = '/';
+        memcpy(n + o, path + i, j - i);
+        o += j - i;
+        i = j;
+    }
+    if (o == 0)
+        n[o++] = '/';
+    n[o] = '\0';
+    for (int r = 0; r < s->nroots; r++) {
+        size_t rl = s->rootlen[r];
+        /* "/" as a root matches everything; otherwise a whole-component prefix. */
+        if (rl == 1 && s->roots[r][0] == '/') {
+            *norm = n;
+            *root = r;
+            return 0;
+        }
+        if (o > rl && memcmp(n, s->roots[r], rl) == 0 && n[rl] == '/') {
+            *norm = n;
+            *root = r;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "path outside the source roots: %.200s", n);
+    free(n);
+    return -EACCES;
+}
+
+/* Open norm read-only, walking from its root with the kernel refusing any
+ * escape.  Returns an fd or -errno. */
+static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
+{
+    const char *rel = norm + s->rootlen[root];
+    int dfd, fd;
+
+    if (s->rootlen[root] == 1)
+        rel = norm;                     /* root "/" */
+    while (*rel == '/')
+        rel++;
+    dfd = open(s->roots[root], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "source root %s: %s", s->roots[root], strerror(e));
+        return -e;
+    }
+    if (s->have_openat2) {
+        struct open_how how = {
+            .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        };
+        fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+        if (fd < 0 && errno == ENOSYS) {
+            log_warn("openat2 unavailable: paths are checked with realpath, which races with renames");
+            s->have_openat2 = 0;
+        }
+    }
+    if (!s->have_openat2) {
+        char *real = realpath(norm, NULL);
+        size_t rl = s->rootlen[root];
+        if (!real) {
+            fd = -1;
+        } else if (rl > 1 && (strncmp(real, s->roots[root], rl) || (real[rl] && real[rl] != '/'))) {
+            errno = EXDEV;
+            fd = -1;
+        } else {
+            fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        }
+        free(real);
+    }
+    if (fd < 0) {
+        int e = errno;
+        close(dfd);
+        if (e == EXDEV || e == ELOOP) {
+            snprintf(err, errlen, "path outside the source roots (through a link): %.200s", norm);
+            return -EACCES;
+        }
+        snprintf(err, errlen, "open %.200s: %s", norm, strerror(e));
+        return -e;
+    }
+    close(dfd);
+    return fd;
+}
+
+int source_stat(source *s, const char *norm, int root, struct stat *st, char *err, size_t errlen)
+{
+    int fd = open_beneath(s, norm, root, err, errlen);
+    int rc = 0;
+
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, st) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
+    } else if (!S_ISREG(st->st_mode)) {
+        rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+        snprintf(err, errlen, "not a regular file: %.200s", norm);
+    }
+    close(fd);
+    return rc;
+}
+
+/* The chunk size is part of the identity: chunk i of a file means other
+ * bytes after chunk_size changes, so such chunks must never be found. */
+static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[SOURCE_ID_LEN])
+{
+    uint64_t v[6] = {
+        (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+        (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec, chunk_size,
+    };
+    XXH128_hash_t h = XXH3_128bits(v, sizeof(v));
+    XXH128_canonical_t c;
+
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(id, c.digest, SOURCE_ID_LEN);
+}
+
+static int same_identity(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+uint64_t srcfile_chunk_len(const srcfile *f, uint64_t idx)
+{
+    uint64_t size = (uint64_t)f->st.st_size, start = idx * f->chunk_size;
+
+    if (start >= size)
+        return 0;
+    return size - start < f->chunk_size ? size - start : f->chunk_size;
+}
+
+int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size_t *len,
+                      char *err, size_t errlen)
+{
+    uint64_t want = srcfile_chunk_len(f, idx), got = 0;
+    off_t off = (off_t)(idx * f->chunk_size);
+    struct stat st;
+    int fd, rc = 0;
+
+    fd = open_beneath(s, f->path, f->root, err, errlen);
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
+        snprintf(err, errlen, "%.200s changed since it was opened", f->path);
+        rc = -ESTALE;
+        goto out;
+    }
+    while (got < want) {
+        ssize_t n = pread(fd, (char *)buf + got, want - got, off + (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "read %.200s: %s", f->path, strerror(errno));
+            goto out;
+        }
+        if (n == 0) {
+            snprintf(err, errlen, "%.200s shrank while being read", f->path);
+            rc = -ESTALE;
+            goto out;
+        }
+        got += (uint64_t)n;
+    }
+    /* A file rewritten in place during the read keeps its inode: catch it by
+     * its mtime and size afterwards, so torn bytes are never cached. */
+    if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
+        snprintf(err, errlen, "%.200s changed while being read", f->path);
+        rc = -ESTALE;
+        goto out;
+    }
+    *len = (size_t)got;
+out:
+    close(fd);
+    return rc;
+}
+
+/* ---- attribute cache (loop thread) ---- */
+
+static size_t path_bucket(const source *s, const char *p)
+{
+    return (size_t)XXH3_64bits(p, strlen(p)) & (s->nbuckets - 1);
+}
+
+static void attr_unlink(source *s, srcfile *f)
+{
+    srcfile **pp = &s->buckets[path_bucket(s, f->path)];
+
+    while (*pp && *pp != f)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = f->hnext;
+    if (f->fprev)
+        f->fprev->fnext = f->fnext;
+    else
+        s->oldest = f->fnext;
+    if (f->fnext)
+        f->fnext->fprev = f->fprev;
+    else
+        s->newest = f->fprev;
+    f->hnext = f->fnext = f->fprev = NULL;
+    f->cached = 0;
+    s->count--;
+}
+
+static srcfile *attr_find(source *s, const char *norm)
+{
+    for (srcfile *f = s->buckets[path_bucket(s, norm)]; f; f = f->hnext)
+        if (strcmp(f->path, norm) == 0)
+            return f;
+    return NULL;
+}
+
+static void attr_grow(source *s)
+{
+    size_t nb = s->nbuckets * 2;
+    srcfile **b = calloc(nb, sizeof(*b));
+
+    if (!b)
+        return;                         /* longer chains, still correct */
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        srcfile *f = s->buckets[i];
+        while (f) {
+            srcfile *next = f->hnext;
+            size_t k = (size_t)XXH3_64bits(f->path, strlen(f->path)) & (nb - 1);
+            f->hnext = b[k];
+            b[k] = f;
+            f = next;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = nb;
+}
+
+srcfile *source_lookup(source *s, const char *norm, double now)
+{
+    srcfile *f = attr_find(s, norm);
+
+    if (!f || now - f->checked_at > s->attr_ttl)
+        return NULL;
+    return srcfile_ref(f);
+}
+
+srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now)
+{
+    srcfile *f = calloc(1, sizeof(*f)), *old;
+    uint64_t cs = s->chunk_size;
+
+    if (!f) {
+        free(norm);
+        return NULL;
+    }
+    f->refs = 1;
+    f->path = norm;
+    f->root = root;
+    f->st = *st;
+    f->checked_at = now;
+    /* chunk_size is a power of two; so is a sane st_blksize.  A stripe
+     * (st_blksize) that divides it keeps every chunk stripe-aligned; a larger
+     * one cannot be honoured without bigger chunks, which the operator must
+     * configure, so say so (debug level: it would repeat per file). */
+    if (st->st_blksize > 0 && (uint64_t)st->st_blksize > cs)
+        log_debug("%s: stripe %ld exceeds chunk_size %llu", norm, (long)st->st_blksize,
+                  (unsigned long long)cs);
+    f->chunk_size = (uint32_t)cs;
+    file_id(st, cs, f->id);
+
+    old = attr_find(s, norm);
+    if (old) {
+        attr_unlink(s, old);
+        srcfile_unref(&old);
+    }
+    while (s->count >= ATTR_CACHE_MAX && s->oldest) {
+        srcfile *victim = s->oldest;
+        attr_unlink(s, victim);
+        srcfile_unref(&victim);
+    }
+    if (s->count >= s->nbuckets)
+        attr_grow(s);
+    {
+        size_t k = path_bucket(s, norm);
+        f->hnext = s->buckets[k];
+        s->buckets[k] = f;
+    }
+    f->fprev = s->newest;
+    if (s->newest)
+        s->newest->fnext = f;
+    else
+        s->oldest = f;
+    s->newest = f;
+    f->cached = 1;
+    s->count++;
+    return srcfile_ref(f);
+}
+
+srcfile *srcfile_ref(srcfile *f)
+{
+    f->refs++;
+    return f;
+}
+
+void srcfile_unref(srcfile **fp)
+{
+    srcfile *f = *fp;
+
+    if (!f)
+        return;
+    *fp = NULL;
+    if (--f->refs == 0) {
+        free(f->path);
+        free(f);
+    }
+}

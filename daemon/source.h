@@ -1,0 +1,95 @@
+/*
+ * source.h - the distributed filesystem side: which paths may be served,
+ * what a file's identity is, and reading whole aligned chunks of it.
+ *
+ * Paths are judged twice.  Lexically: absolute, no "." or ".." component,
+ * under one of [source] roots.  Then by the kernel: every open walks from the
+ * root with openat2(RESOLVE_BENEATH), so no symlink, ".." or bind trick
+ * swapped in between check and use can leave the root.
+ *
+ * A file's identity is (st_dev, st_ino, st_size, st_mtim) hashed to 128
+ * bits; chunks are keyed by it, so a rewritten file never meets stale
+ * chunks.  Attributes are cached for attr_ttl seconds (loop thread) so that
+ * re-opening a hot small file costs the metadata server nothing.
+ *
+ * Threads: source_resolve and the srcfile/attr-cache functions are for the
+ * loop thread; source_stat and source_read_chunk block and run on I/O
+ * threads, touching only the immutable fields of a srcfile.
+ */
+#ifndef GR_SOURCE_H
+#define GR_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "config.h"
+
+#define SOURCE_ID_LEN 16
+
+typedef struct source source;
+
+typedef struct srcfile srcfile;
+struct srcfile {
+    unsigned refs;              /* loop thread only; the attr cache holds one */
+    char *path;                 /* normalised absolute path (owned) */
+    int root;                   /* index into the configured roots */
+    uint8_t id[SOURCE_ID_LEN];  /* identity, see above */
+    struct stat st;             /* attributes when identified */
+    uint32_t chunk_size;        /* bytes per chunk for this file */
+    double checked_at;          /* monotonic time of the stat */
+    int cached;                 /* still the attr cache's current entry */
+    srcfile *hnext;             /* attr cache hash chain */
+    srcfile *fnext, *fprev;     /* attr cache age list */
+};
+
+/* Build the source from the config (roots, chunk size, attr TTL).
+ * 0 or -errno.  Roots need not be mounted yet. */
+int source_new(const gr_config *cfg, source **out);
+void source_free(source **s);
+
+/*
+ * Lexical check of a client path (len bytes, not NUL-terminated).  On 0,
+ * *norm is a malloc'd normalised copy (duplicate slashes and a trailing
+ * slash removed) that the caller frees, and *root its root's index.
+ * -EINVAL (empty, NUL byte, not absolute), -ENAMETOOLONG, -EACCES (a
+ * "."/".." component, or under no root), with a reason in err.
+ */
+int source_resolve(source *s, const char *path, size_t len, char **norm, int *root,
+                   char *err, size_t errlen);
+
+/* I/O thread: open norm beneath its root and fstat it.  Regular files only.
+ * 0 or -errno with a reason in err (-EACCES for an escape attempt). */
+int source_stat(source *s, const char *norm, int root, struct stat *st,
+                char *err, size_t errlen);
+
+/*
+ * I/O thread: read chunk idx of f into buf (at least f->chunk_size bytes).
+ * *len gets the chunk's length (short for the last chunk).  The file is
+ * opened afresh and must still have f's identity, before and after the
+ * read: -ESTALE (with reason) if it changed or shrank, -errno otherwise.
+ */
+int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size_t *len,
+                      char *err, size_t errlen);
+
+/* Loop thread: the cached srcfile for norm if its attributes are younger
+ * than attr_ttl at time now (monotonic seconds), with a new reference; else
+ * NULL. */
+srcfile *source_lookup(source *s, const char *norm, double now);
+
+/* Loop thread: make a srcfile for (norm, root, st) seen at time now, cache
+ * it (replacing an older entry), and return it with a new reference.  Takes
+ * ownership of norm.  NULL only on out-of-memory (norm freed). */
+srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now);
+
+/* Loop thread: take and drop references. */
+srcfile *srcfile_ref(srcfile *f);
+void srcfile_unref(srcfile **f);
+
+/* Number of bytes in chunk idx of f (0 past the end). */
+uint64_t srcfile_chunk_len(const srcfile *f, uint64_t idx);
+
+/* Monotonic clock in seconds. */
+double source_now(void);
+
+#endif

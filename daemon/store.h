@@ -1,0 +1,103 @@
+/*
+ * store.h - the NVMe tier: chunks kept on local disk across daemon restarts.
+ *
+ * A RocksDB database under the tier's directory holds the chunk index (key ->
+ * where the bytes are, length, XXH3 checksum, last access) and small chunks
+ * inline.  Larger chunks live in slots of preallocated data files beside it,
+ * written and read with O_DIRECT (buffered I/O where the filesystem refuses
+ * O_DIRECT, e.g. tmpfs).  Slots come in size classes; a freed slot has its
+ * blocks punched out at once, so the bytes on disk never exceed the
+ * configured capacity.  Eviction is least-recently-used by byte.
+ *
+ * Keys are 24 opaque bytes (granary uses file id (16) + big-endian chunk
+ * index (8), so a file's chunks sort together; store_drop_prefix relies on
+ * that only as a byte prefix).
+ *
+ * Every function is thread-safe: the daemon calls them from its I/O threads
+ * concurrently.  None may be called from the event loop thread (they block).
+ */
+#ifndef GR_STORE_H
+#define GR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_KEY_LEN 24
+#define STORE_ALIGN 4096        /* buffer alignment for store_get/store_put */
+
+typedef struct store store;
+
+typedef struct store_config {
+    const char *path;           /* directory; created (mode 0750) if missing */
+    uint64_t capacity;          /* hard limit of bytes on disk, all files included */
+    uint64_t inline_max;        /* chunks of at most this many bytes go inline in RocksDB */
+    uint64_t max_chunk;         /* largest chunk ever put (the daemon's chunk size) */
+} store_config;
+
+typedef struct store_stats {
+    uint64_t capacity_bytes;    /* configured capacity */
+    uint64_t used_bytes;        /* bytes accounted on disk now (slots + inline + metadata reserve) */
+    uint64_t chunks;            /* chunks held */
+    uint64_t gets, hits, misses;
+    uint64_t puts, put_errors;
+    uint64_t evictions;         /* chunks evicted for space */
+    uint64_t checksum_errors;   /* reads whose bytes did not match their checksum (dropped) */
+    uint64_t io_errors;         /* reads or writes that failed with an I/O error */
+} store_stats;
+
+/*
+ * Open (or create) the tier at cfg->path and rebuild the in-memory index
+ * from RocksDB, so a restarted daemon serves its cache warm.  Chunks whose
+ * slot lies beyond its data file, or that no longer fit the capacity (it was
+ * lowered), are dropped.  On success *out owns the tier; free it with
+ * store_close.  Returns 0 or -errno with a one-line reason in err.
+ */
+int store_open(const store_config *cfg, store **out, char *err, size_t errlen);
+
+/* Persist what is cheap to persist (access order), close RocksDB and the
+ * data files, free everything, set *s to NULL.  NULL-safe. */
+void store_close(store **s);
+
+/*
+ * Look up key.  On a hit the chunk's bytes are copied into buf, which must be
+ * STORE_ALIGN-aligned and cap bytes long, cap >= the chunk length rounded up
+ * to STORE_ALIGN (max_chunk rounded up always suffices); *len gets the chunk
+ * length, and the checksum has been verified.  Returns:
+ *   0        hit
+ *   -ENOENT  not cached
+ *   -EBADMSG the stored bytes failed their checksum; the entry was dropped
+ *            (counted), the caller should refetch from the source
+ *   -EIO     the device failed; the entry was dropped
+ *   -ENOBUFS cap too small
+ * A hit makes the chunk most recently used.
+ */
+int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap, size_t *len);
+
+/*
+ * Store len bytes under key, replacing any previous value, evicting least
+ * recently used chunks until it fits.  data must be STORE_ALIGN-aligned and
+ * readable up to len rounded up to STORE_ALIGN (the tail past len is
+ * written to disk but never returned).  Returns 0, -E2BIG (len > max_chunk
+ * or larger than the capacity allows), -ENOSPC / -EIO from the device
+ * (nothing is half-stored: the index never points at unwritten bytes).
+ */
+int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size_t len);
+
+/* Whether key is cached, without touching its recency.  1, 0. */
+int store_contains(store *s, const uint8_t key[STORE_KEY_LEN]);
+
+/* Drop key.  0, or -ENOENT if it was not cached. */
+int store_delete(store *s, const uint8_t key[STORE_KEY_LEN]);
+
+/* Drop every chunk whose key starts with the plen bytes of prefix.
+ * Returns the number dropped. */
+long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen);
+
+/* Snapshot of the counters. */
+void store_get_stats(store *s, store_stats *out);
+
+/* Bytes the tier's directory really occupies on disk (st_blocks of every
+ * file under it), for tests and health checks.  -errno on failure. */
+int64_t store_disk_usage(const char *path);
+
+#endif

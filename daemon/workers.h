@@ -1,0 +1,44 @@
+/*
+ * workers.h - the I/O thread pool.  Blocking work (source reads, RocksDB
+ * and extent I/O) runs here; each job's completion runs back on the event
+ * loop thread.
+ *
+ * A job is caller-allocated and embedded in the caller's own struct
+ * (container_of style).  run() executes on a worker thread and must touch
+ * only what no other thread changes meanwhile; done() then executes on the
+ * loop thread, where the caller may free the job.  Two queues: demand jobs
+ * are always taken before background jobs (write-behind, later prefetch), so
+ * a client's miss never waits behind cache maintenance.
+ */
+#ifndef GR_WORKERS_H
+#define GR_WORKERS_H
+
+#include <event2/event.h>
+
+typedef enum { WQ_DEMAND = 0, WQ_BACKGROUND = 1, WQ_NQUEUES } wq_prio;
+
+typedef struct wq_job wq_job;
+struct wq_job {
+    void (*run)(wq_job *j);     /* worker thread */
+    void (*done)(wq_job *j);    /* loop thread, after run */
+    wq_job *next;               /* queue link, owned by the pool */
+};
+
+typedef struct workers workers;
+
+/* Start nthreads workers whose completions are delivered on base.
+ * evthread_use_pthreads() must have been called before base was made.
+ * Returns 0 or -errno. */
+int workers_start(struct event_base *base, int nthreads, workers **out);
+
+/* Queue a job (loop thread).  Never fails: the job is caller memory. */
+void workers_submit(workers *w, wq_job *j, wq_prio prio);
+
+/* Jobs queued and not yet started, per queue (for stats). */
+unsigned workers_pending(workers *w, wq_prio prio);
+
+/* Stop the threads after the jobs already queued have run, deliver every
+ * outstanding done() on the calling (loop) thread, free, set *w NULL. */
+void workers_stop(workers **w);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * proto.c - encode and decode Granary's wire messages (see proto.h and
+ * PROTOCOL.md).  Pure functions over caller buffers; all integers are
+ * little-endian on the wire whatever the host order.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "proto.h"
+
+/* Little-endian load/store without alignment assumptions. */
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
+static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+static const char *const proto_op_names[PROTO_OP_MAX_] = {
+    [PROTO_OP_HELLO] = "hello",
+    [PROTO_OP_OPEN] = "open",
+    [PROTO_OP_CLOSE] = "close",
+    [PROTO_OP_READ] = "read",
+    [PROTO_OP_STATS] = "stats",
+};
+
+const char *proto_op_name(unsigned op)
+{
+    return op > 0 && op < PROTO_OP_MAX_ ? proto_op_names[op] : "?";
+}
+
+void proto_encode_hdr(void *buf, uint8_t op, uint16_t flags, uint32_t req_id,
+                      int32_t status, uint32_t body_len)
+{
+    uint8_t *p = buf;
+
+    put32(p, PROTO_MAGIC);
+    p[4] = PROTO_VERSION;
+    p[5] = op;
+    put16(p + 6, flags);
+    put32(p + 8, req_id);
+    put32(p + 12, body_len);
+    put32(p + 16, (uint32_t)status);
+    put32(p + 20, 0);
+}
+
+int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
+{
+    const uint8_t *p = buf;
+
+    if (len < PROTO_HDR_LEN)
+        return PROTO_NEED_MORE;
+    h->magic = get32(p);
+    h->version = p[4];
+    h->op = p[5];
+    h->flags = get16(p + 6);
+    h->req_id = get32(p + 8);
+    h->body_len = get32(p + 12);
+    h->status = (int32_t)get32(p + 16);
+    h->reserved = get32(p + 20);
+    if (h->magic != PROTO_MAGIC)
+        return -EPROTO;
+    if (h->version != PROTO_VERSION)
+        return -EPROTONOSUPPORT;
+    if (h->body_len > PROTO_MAX_BODY)
+        return -EMSGSIZE;
+    if ((h->flags & ~PROTO_F_REPLY) || h->reserved)
+        return -EPROTO;
+    if (h->op == 0 || h->op >= PROTO_OP_MAX_)
+        return -EPROTO;
+    if (!(h->flags & PROTO_F_REPLY) && h->status != 0)
+        return -EPROTO;
+    if (h->status > 0 || h->status < -4095)
+        return -EPROTO;
+    return 0;
+}
+
+static void dec_attr(const uint8_t *b, proto_attr *a)
+{
+    a->handle = get32(b);
+    a->chunk_size = get32(b + 4);
+    a->size = get64(b + 8);
+    a->ino = get64(b + 16);
+    a->dev = get64(b + 24);
+    a->mtime_sec = (int64_t)get64(b + 32);
+    a->mtime_nsec = get32(b + 40);
+    a->mode = get32(b + 44);
+    a->blksize = get32(b + 48);
+    a->uid = get32(b + 52);
+    a->gid = get32(b + 56);
+    a->nlink = get32(b + 60);
+}
+
+static void dec_hello(const uint8_t *b, proto_hello *x)
+{
+    x->version = get32(b);
+    x->max_msg = get32(b + 4);
+    x->max_data = get32(b + 8);
+    x->chunk_size = get32(b + 12);
+}
+
+/* Check and decode a request body for its opcode. */
+static int dec_request(proto_msg *m, const uint8_t *b)
+{
+    uint32_t n = m->h.body_len;
+
+    switch (m->h.op) {
+    case PROTO_OP_HELLO:
+        if (n != PROTO_HELLO_LEN)
+            return -EPROTO;
+        dec_hello(b, &m->u.hello);
+        return 0;
+    case PROTO_OP_OPEN:
+        if (n == 0)
+            return -EPROTO;
+        if (n > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        m->u.open.path = (const char *)b;
+        m->u.open.len = n;
+        return 0;
+    case PROTO_OP_CLOSE:
+        if (n != 4)
+            return -EPROTO;
+        m->u.handle = get32(b);
+        return 0;
+    case PROTO_OP_READ:
+        if (n != PROTO_READ_LEN)
+            return -EPROTO;
+        m->u.read.handle = get32(b);
+        m->u.read.len = get32(b + 4);
+        m->u.read.off = get64(b + 8);
+        if (m->u.read.len > PROTO_MAX_DATA)
+            return -EMSGSIZE;
+        return 0;
+    case PROTO_OP_STATS:
+        return n == 0 ? 0 : -EPROTO;
+    default:
+        return -EPROTO;
+    }
+}
+
+/* Check and decode a reply body for its opcode. */
+static int dec_reply(proto_msg *m, const uint8_t *b)
+{
+    uint32_t n = m->h.body_len;
+
+    if (m->h.status < 0) {
+        if (n > PROTO_MAX_ERRMSG)
+            return -EMSGSIZE;
+        m->u.error.text = (const char *)b;
+        m->u.error.len = n;
+        return 0;
+    }
+    switch (m->h.op) {
+    case PROTO_OP_HELLO:
+        if (n != PROTO_HELLO_LEN)
+            return -EPROTO;
+        dec_hello(b, &m->u.hello);
+        return 0;
+    case PROTO_OP_OPEN:
+        if (n != PROTO_ATTR_LEN)
+            return -EPROTO;
+        dec_attr(b, &m->u.attr);
+        return 0;
+    case PROTO_OP_CLOSE:
+        return n == 0 ? 0 : -EPROTO;
+    case PROTO_OP_READ:
+        if (n > PROTO_MAX_DATA)
+            return -EMSGSIZE;
+        /* fall through */
+    case PROTO_OP_STATS:
+        m->u.data.p = b;
+        m->u.data.len = n;
+        return 0;
+    default:
+        return -EPROTO;
+    }
+}
+
+int proto_decode(const void *buf, size_t len, proto_msg *m, size_t *used)
+{
+    const uint8_t *p = buf;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    rc = proto_decode_hdr(p, len, &m->h);
+    if (rc != 0)
+        return rc;
+    if (len - PROTO_HDR_LEN < m->h.body_len)
+        return PROTO_NEED_MORE;
+    rc = (m->h.flags & PROTO_F_REPLY) ? dec_reply(m, p + PROTO_HDR_LEN)
+                                      : dec_request(m, p + PROTO_HDR_LEN);
+    if (rc != 0)
+        return rc;
+    *used = PROTO_HDR_LEN + m->h.body_len;
+    return 0;
+}
+
+/* Reserve room for a message of body_len bytes and write its header.
+ * Returns the body pointer, or NULL if it does not fit. */
+static uint8_t *enc_begin(void *buf, size_t cap, uint8_t op, uint16_t flags,
+                          uint32_t req_id, int32_t status, size_t body_len)
+{
+    if (body_len > PROTO_MAX_BODY || cap < PROTO_HDR_LEN + body_len)
+        return NULL;
+    proto_encode_hdr(buf, op, flags, req_id, status, (uint32_t)body_len);
+    return (uint8_t *)buf + PROTO_HDR_LEN;
+}
+
+ssize_t proto_enc_hello(void *buf, size_t cap, uint16_t flags, uint32_t req_id,
+                        const proto_hello *hello)
+{
+    uint8_t *b = enc_begin(buf, cap, PROTO_OP_HELLO, flags & PROTO_F_REPLY, req_id, 0,
+                           PROTO_HELLO_LEN);
+
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, hello->version);
+    put32(b + 4, hello->max_msg);
+    put32(b + 8, hello->max_data);
+    put32(b + 12, hello->chunk_size);
+    return PROTO_HDR_LEN + PROTO_HELLO_LEN;
+}
+
+ssize_t proto_enc_open(void *buf, size_t cap, uint32_t req_id, const char *path, size_t len)
+{
+    uint8_t *b;
+
+    if (len == 0 || len > PROTO_MAX_PATH)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_OPEN, 0, req_id, 0, len);
+    if (!b)
+        return -EMSGSIZE;
+    memcpy(b, path, len);
+    return (ssize_t)(PROTO_HDR_LEN + len);
+}
+
+ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr *a)
+{
+    uint8_t *b = enc_begin(buf, cap, PROTO_OP_OPEN, PROTO_F_REPLY, req_id, 0, PROTO_ATTR_LEN);
+
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, a->handle);
+    put32(b + 4, a->chunk_size);
+    put64(b + 8, a->size);
+    put64(b + 16, a->ino);
+    put64(b + 24, a->dev);
+    put64(b + 32, (uint64_t)a->mtime_sec);
+    put32(b + 40, a->mtime_nsec);
+    put32(b + 44, a->mode);
+    put32(b + 48, a->blksize);
+    put32(b + 52, a->uid);
+    put32(b + 56, a->gid);
+    put32(b + 60, a->nlink);
+    return PROTO_HDR_LEN + PROTO_ATTR_LEN;
+}
+
+ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle)
+{
+    uint8_t *b = enc_begin(buf, cap, PROTO_OP_CLOSE, 0, req_id, 0, 4);
+
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, handle);
+    return PROTO_HDR_LEN + 4;
+}
+
+ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
+{
+    uint8_t *b;
+
+    if (r->len > PROTO_MAX_DATA)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_READ, 0, req_id, 0, PROTO_READ_LEN);
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, r->handle);
+    put32(b + 4, r->len);
+    put64(b + 8, r->off);
+    return PROTO_HDR_LEN + PROTO_READ_LEN;
+}
+
+ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id)
+{
+    return enc_begin(buf, cap, PROTO_OP_STATS, 0, req_id, 0, 0) ? PROTO_HDR_LEN : -EMSGSIZE;
+}
+
+ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id)
+{
+    return enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, 0, 0) ? PROTO_HDR_LEN : -EMSGSIZE;
+}
+
+ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
+                        int32_t status, const char *text)
+{
+    size_t n = text ? strnlen(text, PROTO_MAX_ERRMSG) : 0;
+    uint8_t *b;
+
+    if (status >= 0 || status < -4095)
+        return -EINVAL;
+    b = enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, status, n);
+    if (!b)
+        return -EMSGSIZE;
+    if (n)
+        memcpy(b, text, n);
+    return (ssize_t)(PROTO_HDR_LEN + n);
+}
+
+int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value)
+{
+    size_t n = strlen(name);
+    uint8_t *b = (uint8_t *)body + *off;
+
+    if (n == 0 || n > 255 || *off > cap || cap - *off < 1 + n + 8)
+        return -EMSGSIZE;
+    b[0] = (uint8_t)n;
+    memcpy(b + 1, name, n);
+    put64(b + 1 + n, value);
+    *off += 1 + n + 8;
+    return 0;
+}
+
+int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
+                     const char **name, size_t *name_len, uint64_t *value)
+{
+    size_t n;
+
+    if (*off >= len)
+        return 0;
+    n = body[*off];
+    if (n == 0 || len - *off < 1 + n + 8)
+        return -EPROTO;
+    *name = (const char *)body + *off + 1;
+    *name_len = n;
+    *value = get64(body + *off + 1 + n);
+    *off += 1 + n + 8;
+    return 1;
+}

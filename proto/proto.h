@@ -1,0 +1,162 @@
+/*
+ * proto.h - Granary's wire format: pure encode/decode of the messages that
+ * travel over the daemon's Unix SOCK_SEQPACKET socket.
+ *
+ * No sockets, no allocation, no global state: the daemon, the client library
+ * and the fuzzer all use this same code.  proto/PROTOCOL.md specifies the
+ * format byte by byte; this header is the C view of it.
+ *
+ * Every message is a 24-byte little-endian header followed by body_len bytes
+ * of body.  Decoders never trust a length: they check it against the bytes
+ * present and against PROTO_MAX_BODY before looking at the body.
+ */
+#ifndef GR_PROTO_H
+#define GR_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PROTO_MAGIC     0x594e5247u     /* "GRNY" on the wire */
+#define PROTO_VERSION   1
+#define PROTO_HDR_LEN   24
+#define PROTO_MAX_DATA  (128u * 1024)   /* most file bytes in one READ reply */
+#define PROTO_MAX_PATH  4096            /* longest path, bytes, no NUL */
+#define PROTO_MAX_ERRMSG 256            /* longest error text in a reply */
+#define PROTO_MAX_BODY  (PROTO_MAX_DATA + 1024)
+#define PROTO_MAX_MSG   (PROTO_HDR_LEN + PROTO_MAX_BODY)
+
+/* Decoder results besides 0 and -errno. */
+#define PROTO_NEED_MORE 1               /* the buffer ends inside a message */
+
+/* Header flags. */
+#define PROTO_F_REPLY   0x0001u         /* set on every reply */
+
+typedef enum proto_op {
+    PROTO_OP_HELLO = 1,   /* version handshake and limits */
+    PROTO_OP_OPEN  = 2,   /* path -> handle + attributes */
+    PROTO_OP_CLOSE = 3,   /* drop a handle */
+    PROTO_OP_READ  = 4,   /* bytes of an open handle */
+    PROTO_OP_STATS = 5,   /* the daemon's counters */
+    PROTO_OP_MAX_
+} proto_op;
+
+typedef struct proto_hdr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t op;           /* proto_op */
+    uint16_t flags;       /* PROTO_F_* */
+    uint32_t req_id;      /* chosen by the client, echoed in the reply */
+    uint32_t body_len;
+    int32_t status;       /* replies: 0 or -errno; requests: 0 */
+    uint32_t reserved;    /* 0 */
+} proto_hdr;
+
+/* File attributes, as the daemon saw them when the file was opened. */
+typedef struct proto_attr {
+    uint32_t handle;      /* per-connection handle for READ and CLOSE */
+    uint32_t chunk_size;  /* the daemon's chunk size for this file */
+    uint64_t size;
+    uint64_t ino;
+    uint64_t dev;
+    int64_t mtime_sec;
+    uint32_t mtime_nsec;
+    uint32_t mode;
+    uint32_t blksize;
+    uint32_t uid;
+    uint32_t gid;
+    uint32_t nlink;
+} proto_attr;
+#define PROTO_ATTR_LEN 64
+
+typedef struct proto_hello {
+    uint32_t version;     /* highest protocol version the sender speaks */
+    uint32_t max_msg;     /* largest message the sender accepts */
+    uint32_t max_data;    /* largest READ reply payload (reply only) */
+    uint32_t chunk_size;  /* daemon's default chunk size (reply only) */
+} proto_hello;
+#define PROTO_HELLO_LEN 16
+
+typedef struct proto_read {
+    uint32_t handle;
+    uint32_t len;         /* 1..PROTO_MAX_DATA */
+    uint64_t off;
+} proto_read;
+#define PROTO_READ_LEN 16
+
+/* A decoded message.  Pointers point into the decoded buffer and live as
+ * long as it does. */
+typedef struct proto_msg {
+    proto_hdr h;
+    union {
+        proto_hello hello;                 /* HELLO request and reply */
+        struct {
+            const char *path;              /* not NUL-terminated */
+            uint32_t len;
+        } open;                            /* OPEN request */
+        proto_attr attr;                   /* OPEN reply */
+        uint32_t handle;                   /* CLOSE request */
+        proto_read read;                   /* READ request */
+        struct {
+            const uint8_t *p;
+            uint32_t len;
+        } data;                            /* READ reply, STATS reply (raw) */
+        struct {
+            const char *text;              /* may be empty, not NUL-terminated */
+            uint32_t len;
+        } error;                           /* any reply with status < 0 */
+    } u;
+} proto_msg;
+
+/*
+ * Decode one message from buf[0..len).  On 0, *m is filled and *used is the
+ * message's length.  Returns PROTO_NEED_MORE if buf holds only part of a
+ * message (nothing in *m is valid then), or a negative error:
+ *   -EPROTO           bad magic, reserved bits set, unknown opcode,
+ *                     malformed body (wrong length for its opcode)
+ *   -EPROTONOSUPPORT  other protocol version
+ *   -EMSGSIZE         body_len above PROTO_MAX_BODY, or a field above its limit
+ * A decode error on a request lets the caller answer with an error reply:
+ * whenever the header itself was readable, m->h is filled.
+ */
+int proto_decode(const void *buf, size_t len, proto_msg *m, size_t *used);
+
+/* Decode only the header (PROTO_HDR_LEN bytes).  Same results as above. */
+int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h);
+
+/* Write a header for (op, flags, req_id, status, body_len) into
+ * buf[PROTO_HDR_LEN].  Used with an iovec when the body lives elsewhere. */
+void proto_encode_hdr(void *buf, uint8_t op, uint16_t flags, uint32_t req_id,
+                      int32_t status, uint32_t body_len);
+
+/*
+ * Encoders: write a whole message into buf (cap bytes) and return its
+ * length, or -EMSGSIZE if it does not fit or a field is over its limit.
+ */
+ssize_t proto_enc_hello(void *buf, size_t cap, uint16_t flags, uint32_t req_id,
+                        const proto_hello *hello);
+ssize_t proto_enc_open(void *buf, size_t cap, uint32_t req_id, const char *path, size_t len);
+ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr *a);
+ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle);
+ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r);
+ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id);
+/* A bodiless success reply (CLOSE). */
+ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);
+/* An error reply: status is -errno, text (may be NULL) is cut to PROTO_MAX_ERRMSG. */
+ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
+                        int32_t status, const char *text);
+
+/*
+ * STATS reply body: a sequence of records {u8 name_len, name, u64 value}.
+ * proto_stats_put appends one at *off (returns -EMSGSIZE when full);
+ * proto_stats_next reads the record at *off, advancing it: 1 when one was
+ * read, 0 at the end, -EPROTO if malformed.  name is not NUL-terminated.
+ */
+int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value);
+int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
+                     const char **name, size_t *name_len, uint64_t *value);
+
+/* Name of an opcode, "?" if unknown. */
+const char *proto_op_name(unsigned op);
+
+#endif
