@@ -153,7 +153,7 @@ int source_resolve(source *s, const char *path, size_t len, char **norm, int *ro
 static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
 {
     const char *rel = norm + s->rootlen[root];
-    int dfd, fd;
+    int dfd, fd = -1;
 
     if (s->rootlen[root] == 1)
         rel = norm;                     /* root "/" */

@@ -62,8 +62,6 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
         return -EPROTO;
     if (h->version != PROTO_VERSION)
         return -EPROTONOSUPPORT;
-    if (h->body_len > PROTO_MAX_BODY)
-        return -EMSGSIZE;
     if ((h->flags & ~PROTO_F_REPLY) || h->reserved)
         return -EPROTO;
     if (h->op == 0 || h->op >= PROTO_OP_MAX_)
@@ -72,6 +70,11 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
         return -EPROTO;
     if (h->status > 0 || h->status < -4095)
         return -EPROTO;
+    /* Last, so that -EMSGSIZE vouches for the rest of the header: the daemon
+     * answers it with h->op and h->req_id, and an unknown op there would make
+     * its error reply undecodable. */
+    if (h->body_len > PROTO_MAX_BODY)
+        return -EMSGSIZE;
     return 0;
 }
 
@@ -299,6 +302,15 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
 
     if (status >= 0 || status < -4095)
         return -EINVAL;
+    /* The body is UTF-8: never cut inside a multi-byte sequence.  text[n] is
+     * readable here (it is the NUL or the first byte past the cut). */
+    if (n == PROTO_MAX_ERRMSG) {
+        size_t k = n;
+        while (k > n - 4 && ((unsigned char)text[k] & 0xC0) == 0x80)
+            k--;
+        if (k < n && ((unsigned char)text[k] & 0xC0) == 0xC0)
+            n = k;
+    }
     b = enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, status, n);
     if (!b)
         return -EMSGSIZE;
@@ -310,10 +322,11 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
 int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value)
 {
     size_t n = strlen(name);
-    uint8_t *b = (uint8_t *)body + *off;
+    uint8_t *b;
 
     if (n == 0 || n > 255 || *off > cap || cap - *off < 1 + n + 8)
         return -EMSGSIZE;
+    b = (uint8_t *)body + *off;
     b[0] = (uint8_t)n;
     memcpy(b + 1, name, n);
     put64(b + 1 + n, value);

@@ -79,7 +79,7 @@ typedef struct proto_hello {
 
 typedef struct proto_read {
     uint32_t handle;
-    uint32_t len;         /* 1..PROTO_MAX_DATA */
+    uint32_t len;         /* 0..PROTO_MAX_DATA (0 gets an empty reply) */
     uint64_t off;
 } proto_read;
 #define PROTO_READ_LEN 16
@@ -121,7 +121,9 @@ typedef struct proto_msg {
  */
 int proto_decode(const void *buf, size_t len, proto_msg *m, size_t *used);
 
-/* Decode only the header (PROTO_HDR_LEN bytes).  Same results as above. */
+/* Decode only the header (PROTO_HDR_LEN bytes).  Same results as above;
+ * *h is filled whenever len >= PROTO_HDR_LEN.  body_len is checked last, so
+ * -EMSGSIZE means the rest of the header (op, flags, status) is valid. */
 int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h);
 
 /* Write a header for (op, flags, req_id, status, body_len) into
@@ -142,7 +144,9 @@ ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read 
 ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id);
 /* A bodiless success reply (CLOSE). */
 ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);
-/* An error reply: status is -errno, text (may be NULL) is cut to PROTO_MAX_ERRMSG. */
+/* An error reply: status is -errno (-4095..-1, else -EINVAL); text (may be
+ * NULL) is cut to PROTO_MAX_ERRMSG bytes, before any UTF-8 sequence that
+ * would straddle the cut. */
 ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
                         int32_t status, const char *text);
 

@@ -4,11 +4,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "granary.h"
 #include "testutil.h"
 
 char *tu_mkdtemp(void)
@@ -79,4 +86,138 @@ int tu_check_pattern(const void *buf, uint32_t seed, uint64_t off, size_t len)
         if (b[i] != tu_byte(seed, off + i))
             return 0;
     return 1;
+}
+
+/* ---- daemon ---- */
+
+void tu_daemon_init(tu_daemon *d, const char *extra)
+{
+    FILE *f;
+
+    memset(d, 0, sizeof(*d));
+    d->pid = -1;
+    d->dir = tu_mkdtemp();
+    snprintf(d->src, sizeof(d->src), "%s/src", d->dir);
+    snprintf(d->nvme, sizeof(d->nvme), "%s/nvme", d->dir);
+    snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+    snprintf(d->conf, sizeof(d->conf), "%s/granary.conf", d->dir);
+    snprintf(d->log, sizeof(d->log), "%s/granaryd.log", d->dir);
+    mkdir(d->src, 0755);
+    f = fopen(d->conf, "w");
+    if (!f)
+        abort();
+    fprintf(f,
+            "[daemon]\nsocket = %s\nlog_level = debug\nio_threads = 4\n"
+            "[source]\nroots = %s\nchunk_size = 64K\nattr_ttl = 0.2\n"
+            "[dram]\ncapacity = 8M\n"
+            "[nvme]\npath = %s\ncapacity = 64M\n",
+            d->sock, d->src, d->nvme);
+    if (extra)
+        fputs(extra, f);
+    fclose(f);
+}
+
+static int sock_ready(const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), ok;
+
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+int tu_daemon_start(tu_daemon *d)
+{
+    const char *bin = getenv("GRANARYD");
+    struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+    if (!bin || !*bin)
+        bin = "build/granaryd";
+    d->pid = fork();
+    if (d->pid < 0)
+        return -1;
+    if (d->pid == 0) {
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        execl(bin, bin, "--config", d->conf, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1000; i++) {
+        int st;
+        if (sock_ready(d->sock))
+            return 0;
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = -1;
+            return -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+int tu_daemon_stop(tu_daemon *d)
+{
+    struct timespec ts = { 0, 10 * 1000 * 1000 };
+    int st;
+
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    for (int i = 0; i < 3000; i++) {
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = -1;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &st, 0);
+    d->pid = -1;
+    return -1;
+}
+
+void tu_daemon_fini(tu_daemon *d)
+{
+    if (d->pid > 0)
+        tu_daemon_stop(d);
+    if (getenv("TU_KEEP")) {
+        fprintf(stderr, "kept %s\n", d->dir);
+    } else {
+        tu_rmrf(d->dir);
+    }
+    free(d->dir);
+    d->dir = NULL;
+}
+
+typedef struct tu_stat_arg {
+    const char *name;
+    uint64_t v;
+} tu_stat_arg;
+
+static int tu_stat_cb(void *arg, const char *name, uint64_t value)
+{
+    tu_stat_arg *a = arg;
+
+    if (strcmp(name, a->name))
+        return 0;
+    a->v = value;
+    return 1;
+}
+
+uint64_t tu_stat(const tu_daemon *d, const char *name)
+{
+    tu_stat_arg a = { name, UINT64_MAX };
+    gr_client *c = gr_connect(d->sock);
+
+    if (!c)
+        return UINT64_MAX;
+    gr_stats(c, tu_stat_cb, &a);
+    gr_disconnect(c);
+    return a.v;
 }

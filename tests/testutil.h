@@ -26,3 +26,37 @@ void tu_write_pattern(const char *path, uint32_t seed, uint64_t size);
 int tu_check_pattern(const void *buf, uint32_t seed, uint64_t off, size_t len);
 
 #endif
+
+/* ---- a real granaryd on a temporary socket ---- */
+
+typedef struct tu_daemon {
+    pid_t pid;
+    char *dir;                  /* scratch directory holding everything below */
+    char src[512];              /* the source root: dir/src */
+    char nvme[512];             /* the NVMe tier: dir/nvme */
+    char sock[108];             /* dir/sock */
+    char conf[512];             /* dir/granary.conf */
+    char log[512];              /* dir/granaryd.log: the daemon's stderr */
+} tu_daemon;
+
+/*
+ * Make the scratch tree and write a config: roots = src, nvme path, socket,
+ * chunk_size 64K, attr_ttl 0.2, dram 8M, nvme 64M, log_level debug; then
+ * the lines of extra (may be NULL), which override by section ("[dram]\n
+ * capacity = 2M\n").  Does not start the daemon.
+ */
+void tu_daemon_init(tu_daemon *d, const char *extra);
+
+/* Start $GRANARYD (default build/granaryd) on d's config and wait until its
+ * socket accepts connections (10 s at most).  Returns 0 or -1. */
+int tu_daemon_start(tu_daemon *d);
+
+/* SIGTERM, wait for exit.  Returns the exit status (0 clean), or -1 if it
+ * had to be killed.  The socket file must be gone afterwards. */
+int tu_daemon_stop(tu_daemon *d);
+
+/* Stop if running and remove the scratch tree. */
+void tu_daemon_fini(tu_daemon *d);
+
+/* A stats counter by name via libgranary on d's socket; UINT64_MAX on error. */
+uint64_t tu_stat(const tu_daemon *d, const char *name);

@@ -1,0 +1,94 @@
+/*
+ * granary.h - libgranary, the client library of the Granary cache daemon.
+ *
+ * A training process connects to the granaryd of its node and reads files
+ * of the distributed filesystem through it: the daemon serves chunks from
+ * its DRAM and NVMe tiers and reads the filesystem only on a miss.
+ *
+ *     gr_client *c = gr_connect(NULL);            // $GRANARY_SOCKET or the config
+ *     gr_file *f = gr_open(c, "/mnt/lustre/ds/shard-0001.tar");
+ *     ssize_t n = gr_pread(f, buf, sizeof(buf), 0);
+ *     gr_close(f);
+ *     gr_disconnect(c);
+ *
+ * Errors: functions return -1 (or NULL) and set errno, like their POSIX
+ * namesakes; gr_strerror_last() gives the daemon's one-line reason.
+ *   ENOENT, EACCES, EISDIR ...  from the source filesystem
+ *   EACCES        the path lies outside the daemon's [source] roots
+ *   ESTALE        the file changed on the source since it was opened
+ *   ETIMEDOUT     no answer within the timeout ($GRANARY_TIMEOUT_MS, default 120000)
+ *   ECONNRESET    the daemon went away; the gr_client is unusable, reconnect
+ *   EPROTO        the daemon answered something this library does not understand
+ *
+ * Threads: a gr_client may be shared by threads (calls are serialised by a
+ * lock); for parallel reads give each thread its own gr_client.  A
+ * gr_client must not be used across fork(): connect again in the child.
+ */
+#ifndef GRANARY_H
+#define GRANARY_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gr_client gr_client;
+typedef struct gr_file gr_file;
+
+/*
+ * Connect to the daemon.  socket_path NULL or "" means: $GRANARY_SOCKET,
+ * else "[daemon] socket" of $GRANARY_CONFIG or /etc/granary/granary.conf,
+ * else /run/granary/granary.sock.  Returns a client the caller frees with
+ * gr_disconnect, or NULL with errno set (ENOENT / ECONNREFUSED: no daemon;
+ * EPROTONOSUPPORT: the daemon speaks another protocol version; EUSERS: the
+ * daemon has max_clients connections already).
+ */
+gr_client *gr_connect(const char *socket_path);
+
+/* Close the connection and free c.  Files still open on c must not be used
+ * afterwards (their handles die with the connection); free them with
+ * gr_close first.  NULL-safe. */
+void gr_disconnect(gr_client *c);
+
+/*
+ * Open path (absolute, under the daemon's roots) for reading.  The file's
+ * identity and size are fixed at this moment: reads return these bytes or
+ * fail with ESTALE, never a mix.  Returns a file the caller frees with
+ * gr_close, or NULL with errno set.
+ */
+gr_file *gr_open(gr_client *c, const char *path);
+
+/*
+ * Read up to len bytes at offset off into buf, like pread(2): returns the
+ * number of bytes read, fewer than len only at the end of the file, 0 at or
+ * past it, or -1 with errno set.  Large reads are pipelined.
+ */
+ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off);
+
+/* The file's attributes as of gr_open (size, mode, mtime, ino, dev,
+ * blksize, uid, gid, nlink).  0, or -1 with errno. */
+int gr_fstat(gr_file *f, struct stat *st);
+
+/* Release the file's handle in the daemon and free f.  0, or -1 with errno
+ * (f is freed in every case).  NULL-safe. */
+int gr_close(gr_file *f);
+
+/*
+ * The daemon's counters: cb(arg, name, value) is called for each, in the
+ * daemon's order; a non-zero return from cb stops the walk.  0, or -1 with
+ * errno.
+ */
+int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg);
+
+/* The one-line reason for the last failed call on c ("" if none).  The
+ * string lives until the next call on c. */
+const char *gr_strerror_last(gr_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,529 @@
+/*
+ * check_daemon.c - integration tests: a real granaryd (build/granaryd, or
+ * $GRANARYD) on a temporary socket, a source root of files with known
+ * bytes, and libgranary as the client.  Each test starts its own daemon in
+ * its own scratch directory.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "granary.h"
+#include "proto.h"
+#include "store.h"
+#include "testutil.h"
+
+#define CHUNK (64 * 1024)
+
+static tu_daemon d;
+
+static void start(const char *extra)
+{
+    tu_daemon_init(&d, extra);
+}
+
+static void boot(void)
+{
+    ck_assert_msg(tu_daemon_start(&d) == 0, "granaryd did not start (log: %s)", d.log);
+}
+
+static void teardown(void)
+{
+    if (d.pid > 0)
+        ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+
+static char *src_path(const char *name)
+{
+    static char p[1024];
+
+    snprintf(p, sizeof(p), "%s/%s", d.src, name);
+    return p;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* Read the whole file through gr_pread in pieces of step bytes and compare. */
+static void read_whole(gr_client *c, const char *path, uint32_t seed, uint64_t size, size_t step)
+{
+    gr_file *f = gr_open(c, path);
+    char *buf = malloc(step + 1);
+    uint64_t off = 0;
+    struct stat st;
+
+    ck_assert_msg(f != NULL, "open %s: %s", path, gr_strerror_last(c));
+    ck_assert_int_eq(gr_fstat(f, &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, size);
+    for (;;) {
+        ssize_t n = gr_pread(f, buf, step, (off_t)off);
+        ck_assert_msg(n >= 0, "pread %s at %llu: %s", path, (unsigned long long)off,
+                      gr_strerror_last(c));
+        if (n == 0)
+            break;
+        ck_assert_msg(tu_check_pattern(buf, seed, off, (size_t)n), "bad bytes at %llu",
+                      (unsigned long long)off);
+        off += (uint64_t)n;
+    }
+    ck_assert_uint_eq(off, size);
+    ck_assert_int_eq(gr_close(f), 0);
+    free(buf);
+}
+
+START_TEST(test_reads_exact)
+{
+    static const uint64_t sizes[] = { 0, 1, 4095, CHUNK - 1, CHUNK, CHUNK + 1,
+                                      3 * CHUNK, 3 * CHUNK + 100, 1000003 };
+    unsigned seedv = 12345;
+    char *buf = malloc(600 * 1024);
+    gr_client *c;
+
+    start(NULL);
+    for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "f%u", i);
+        tu_write_pattern(src_path(name), i + 1, sizes[i]);
+    }
+    boot();
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "f%u", i);
+        read_whole(c, src_path(name), i + 1, sizes[i], 7919);
+        read_whole(c, src_path(name), i + 1, sizes[i], 512 * 1024);
+    }
+    /* Random offsets and lengths over every file, across chunk boundaries
+     * and past the end of the file. */
+    for (int iter = 0; iter < 400; iter++) {
+        unsigned i = (unsigned)rand_r(&seedv) % (sizeof(sizes) / sizeof(sizes[0]));
+        uint64_t size = sizes[i], off = (uint64_t)rand_r(&seedv) % (size + 2 * CHUNK);
+        size_t len = (size_t)rand_r(&seedv) % (600 * 1024);
+        uint64_t expect = off >= size ? 0 : (size - off < len ? size - off : len);
+        char name[32];
+        gr_file *f;
+        ssize_t n;
+
+        snprintf(name, sizeof(name), "f%u", i);
+        f = gr_open(c, src_path(name));
+        ck_assert_ptr_nonnull(f);
+        n = gr_pread(f, buf, len, (off_t)off);
+        ck_assert_msg(n == (ssize_t)expect, "file %u off %llu len %zu: got %zd want %llu", i,
+                      (unsigned long long)off, len, n, (unsigned long long)expect);
+        ck_assert(tu_check_pattern(buf, i + 1, off, (size_t)n));
+        gr_close(f);
+    }
+    gr_disconnect(c);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_second_read_cached)
+{
+    uint64_t src1, src2;
+    gr_client *c;
+
+    start(NULL);
+    tu_write_pattern(src_path("a"), 7, 10 * CHUNK + 17);
+    boot();
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    read_whole(c, src_path("a"), 7, 10 * CHUNK + 17, 1 << 20);
+    src1 = tu_stat(&d, "source_bytes_read");
+    ck_assert_uint_eq(src1, 10 * CHUNK + 17);
+    ck_assert_uint_eq(tu_stat(&d, "misses"), 11);
+    read_whole(c, src_path("a"), 7, 10 * CHUNK + 17, 100000);
+    src2 = tu_stat(&d, "source_bytes_read");
+    ck_assert_uint_eq(src2, src1);          /* the source was not read again */
+    ck_assert_uint_ge(tu_stat(&d, "hits_dram"), 11);
+    ck_assert_uint_eq(tu_stat(&d, "misses"), 11);
+    ck_assert_uint_eq(tu_stat(&d, "bytes_served"), 2 * (10 * CHUNK + 17));
+    gr_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_warm_restart)
+{
+    gr_client *c;
+    uint64_t written;
+
+    start(NULL);
+    tu_write_pattern(src_path("w"), 9, 20 * CHUNK + 5);
+    tu_write_pattern(src_path("small"), 10, 3000);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("w"), 9, 20 * CHUNK + 5, 1 << 20);
+    read_whole(c, src_path("small"), 10, 3000, 4096);
+    gr_disconnect(c);
+    /* Writes to NVMe happen behind the reader; wait for all 22 chunks. */
+    for (int i = 0; i < 500 && tu_stat(&d, "nvme_writes") < 22; i++)
+        sleep_ms(10);
+    written = tu_stat(&d, "nvme_writes");
+    ck_assert_uint_eq(written, 22);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    ck_assert_int_ne(access(d.sock, F_OK), 0);  /* socket removed on exit */
+
+    boot();
+    ck_assert_uint_eq(tu_stat(&d, "nvme_chunks"), 22);
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("w"), 9, 20 * CHUNK + 5, 300000);
+    read_whole(c, src_path("small"), 10, 3000, 4096);
+    gr_disconnect(c);
+    ck_assert_uint_eq(tu_stat(&d, "source_bytes_read"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "misses"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "hits_nvme"), 22);
+}
+END_TEST
+
+START_TEST(test_rewritten_file)
+{
+    gr_client *c;
+    struct timespec t[2] = { { 0, UTIME_OMIT }, { 1000000000, 0 } };
+
+    start(NULL);
+    tu_write_pattern(src_path("r"), 1, 5 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("r"), 1, 5 * CHUNK, 1 << 20);
+    /* Same size, new bytes, new mtime: only the identity tells them apart. */
+    tu_write_pattern(src_path("r"), 2, 5 * CHUNK);
+    utimensat(AT_FDCWD, src_path("r"), t, 0);
+    sleep_ms(300);                          /* past attr_ttl = 0.2 */
+    read_whole(c, src_path("r"), 2, 5 * CHUNK, 1 << 20);
+    /* And a size change. */
+    tu_write_pattern(src_path("r"), 3, 2 * CHUNK + 1);
+    sleep_ms(300);
+    read_whole(c, src_path("r"), 3, 2 * CHUNK + 1, 1 << 20);
+    gr_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_changed_while_open)
+{
+    gr_client *c;
+    gr_file *f;
+    char buf[100];
+    struct timespec t[2] = { { 0, UTIME_OMIT }, { 2000000000, 0 } };
+
+    start(NULL);
+    tu_write_pattern(src_path("x"), 1, 4 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("x"));
+    ck_assert_ptr_nonnull(f);
+    tu_write_pattern(src_path("x"), 5, 4 * CHUNK);
+    utimensat(AT_FDCWD, src_path("x"), t, 0);
+    /* Nothing cached yet: the daemon must refuse rather than mix versions. */
+    ck_assert_int_eq(gr_pread(f, buf, sizeof(buf), 0), -1);
+    ck_assert_int_eq(errno, ESTALE);
+    ck_assert_ptr_nonnull(strstr(gr_strerror_last(c), "changed"));
+    gr_close(f);
+    gr_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_refused_paths)
+{
+    gr_client *c;
+    char link[1024], dir[1024];
+
+    start(NULL);
+    tu_write_pattern(src_path("ok"), 1, 10);
+    snprintf(link, sizeof(link), "%s/escape", d.src);
+    ck_assert_int_eq(symlink("/etc/passwd", link), 0);
+    snprintf(link, sizeof(link), "%s/inside", d.src);
+    ck_assert_int_eq(symlink("ok", link), 0);
+    snprintf(dir, sizeof(dir), "%s/sub", d.src);
+    mkdir(dir, 0755);
+    boot();
+    c = gr_connect(d.sock);
+
+    ck_assert_ptr_null(gr_open(c, "/etc/passwd"));
+    ck_assert_int_eq(errno, EACCES);
+    ck_assert_ptr_nonnull(strstr(gr_strerror_last(c), "outside the source roots"));
+
+    snprintf(link, sizeof(link), "%s/../granary.conf", d.src);
+    ck_assert_ptr_null(gr_open(c, link));
+    ck_assert_int_eq(errno, EACCES);
+
+    ck_assert_ptr_null(gr_open(c, src_path("escape")));
+    ck_assert_int_eq(errno, EACCES);
+    ck_assert_ptr_nonnull(strstr(gr_strerror_last(c), "outside the source roots"));
+
+    /* A prefix that is not a whole component is not under the root. */
+    snprintf(link, sizeof(link), "%sX/ok", d.src);
+    ck_assert_ptr_null(gr_open(c, link));
+    ck_assert_int_eq(errno, EACCES);
+
+    ck_assert_ptr_null(gr_open(c, "relative/path"));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(gr_open(c, src_path("missing")));
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_ptr_null(gr_open(c, dir));
+    ck_assert_int_eq(errno, EISDIR);
+
+    /* A symlink that stays inside the root is fine. */
+    {
+        gr_file *f = gr_open(c, src_path("inside"));
+        char buf[16];
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(gr_pread(f, buf, sizeof(buf), 0), 10);
+        ck_assert(tu_check_pattern(buf, 1, 0, 10));
+        gr_close(f);
+    }
+    gr_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_nvme_capacity_hard)
+{
+    const uint64_t cap = 32ull << 20;
+    uint64_t max_du = 0;
+    gr_client *c;
+    char name[32];
+    int nfiles = 24;                        /* 24 x 4 MiB = 3 x capacity */
+
+    start("[dram]\ncapacity = 2M\n[nvme]\ncapacity = 32M\n");
+    for (int i = 0; i < nfiles; i++) {
+        snprintf(name, sizeof(name), "big%d", i);
+        tu_write_pattern(src_path(name), 100 + (uint32_t)i, (4u << 20) - (uint32_t)i * 1000);
+    }
+    boot();
+    c = gr_connect(d.sock);
+    for (int i = 0; i < nfiles; i++) {
+        int64_t du;
+        snprintf(name, sizeof(name), "big%d", i);
+        read_whole(c, src_path(name), 100 + (uint32_t)i, (4u << 20) - (uint32_t)i * 1000, 1 << 20);
+        du = store_disk_usage(d.nvme);
+        ck_assert_int_ge(du, 0);
+        if ((uint64_t)du > max_du)
+            max_du = (uint64_t)du;
+        ck_assert_msg((uint64_t)du <= cap, "nvme tier uses %lld bytes on disk, capacity %llu",
+                      (long long)du, (unsigned long long)cap);
+    }
+    for (int i = 0; i < 500 && tu_stat(&d, "fetches_inflight") + 0 > 0; i++)
+        sleep_ms(10);
+    sleep_ms(500);                          /* let write-behind drain */
+    ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
+    ck_assert_uint_le(tu_stat(&d, "nvme_used_bytes"), cap);
+    ck_assert_uint_gt(tu_stat(&d, "evictions_nvme"), 0);
+    ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 2u << 20);
+    /* The most recent file is still cached on NVMe after a restart. */
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
+    boot();
+    snprintf(name, sizeof(name), "big%d", nfiles - 1);
+    read_whole(c = gr_connect(d.sock), src_path(name), 100 + (uint32_t)nfiles - 1,
+               (4u << 20) - (uint32_t)(nfiles - 1) * 1000, 1 << 20);
+    ck_assert_uint_eq(tu_stat(&d, "source_bytes_read"), 0);
+    gr_disconnect(c);
+    fprintf(stderr, "nvme capacity test: peak on-disk %llu of %llu bytes\n",
+            (unsigned long long)max_du, (unsigned long long)cap);
+}
+END_TEST
+
+/* Raw socket for hostile input. */
+static int raw_connect(void)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct timeval tv = { 5, 0 };
+
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static int raw_reply(int fd, proto_msg *m, uint8_t *buf, size_t cap)
+{
+    ssize_t n = recv(fd, buf, cap, 0);
+    size_t used;
+
+    ck_assert_int_gt(n, 0);
+    return proto_decode(buf, (size_t)n, m, &used);
+}
+
+START_TEST(test_hostile_input)
+{
+    static uint8_t big[PROTO_MAX_MSG + 4096];
+    uint8_t buf[PROTO_MAX_MSG];
+    proto_msg m;
+    gr_client *good;
+    int fd;
+
+    start(NULL);
+    tu_write_pattern(src_path("ok"), 3, 3 * CHUNK);
+    boot();
+    good = gr_connect(d.sock);
+    fd = raw_connect();
+
+    /* Garbage. */
+    ck_assert_int_eq(send(fd, "hello world, not a message", 26, 0), 26);
+    ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    /* A header that claims a huge body. */
+    proto_encode_hdr(big, PROTO_OP_OPEN, 0, 77, 0, 0xFFFFFFF0u);
+    ck_assert_int_eq(send(fd, big, PROTO_HDR_LEN, 0), PROTO_HDR_LEN);
+    ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+    ck_assert_int_eq(m.h.status, -EMSGSIZE);
+    ck_assert_uint_eq(m.h.req_id, 77);
+    /* A message larger than any the daemon accepts. */
+    proto_encode_hdr(big, PROTO_OP_OPEN, 0, 78, 0, sizeof(big) - PROTO_HDR_LEN);
+    ck_assert_int_eq(send(fd, big, sizeof(big), 0), (ssize_t)sizeof(big));
+    ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+    ck_assert_int_eq(m.h.status, -EMSGSIZE);
+    ck_assert_uint_eq(m.h.req_id, 78);
+    /* A READ on a handle that does not exist, and a read of absurd length. */
+    {
+        proto_read r = { .handle = 999, .len = 100, .off = 0 };
+        ssize_t n = proto_enc_read(buf, sizeof(buf), 79, &r);
+        ck_assert_int_eq(send(fd, buf, (size_t)n, 0), n);
+        ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+        ck_assert_int_eq(m.h.status, -EBADF);
+        proto_encode_hdr(buf, PROTO_OP_READ, 0, 80, 0, PROTO_READ_LEN);
+        memset(buf + PROTO_HDR_LEN, 0xff, PROTO_READ_LEN);
+        ck_assert_int_eq(send(fd, buf, PROTO_HDR_LEN + PROTO_READ_LEN, 0),
+                         PROTO_HDR_LEN + PROTO_READ_LEN);
+        ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+        ck_assert_int_eq(m.h.status, -EMSGSIZE);
+        ck_assert_uint_eq(m.h.req_id, 80);
+    }
+    /* The same connection still works after all that. */
+    {
+        ssize_t n = proto_enc_open(buf, sizeof(buf), 81, src_path("ok"), strlen(src_path("ok")));
+        ck_assert_int_eq(send(fd, buf, (size_t)n, 0), n);
+        ck_assert_int_eq(raw_reply(fd, &m, buf, sizeof(buf)), 0);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(m.u.attr.size, 3 * CHUNK);
+    }
+    /* Requests sent and never read: the daemon must keep serving others. */
+    {
+        gr_file *f = gr_open(good, src_path("ok"));
+        proto_read r = { .handle = 1, .len = PROTO_MAX_DATA, .off = 0 };
+        for (int i = 0; i < 2000; i++) {
+            ssize_t n = proto_enc_read(buf, sizeof(buf), 1000 + (uint32_t)i, &r);
+            if (send(fd, buf, (size_t)n, MSG_DONTWAIT) < 0)
+                break;                      /* the daemon stopped reading us: fine */
+        }
+        read_whole(good, src_path("ok"), 3, 3 * CHUNK, 1 << 20);
+        gr_close(f);
+    }
+    close(fd);
+    read_whole(good, src_path("ok"), 3, 3 * CHUNK, 1 << 20);
+    gr_disconnect(good);
+}
+END_TEST
+
+typedef struct reader_arg {
+    const char *sock;
+    const char *path;
+    uint64_t size;
+    int ok;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    gr_client *c = gr_connect(a->sock);
+    gr_file *f = c ? gr_open(c, a->path) : NULL;
+    char *buf = malloc(a->size);
+    ssize_t n = f ? gr_pread(f, buf, a->size, 0) : -1;
+
+    a->ok = n == (ssize_t)a->size && tu_check_pattern(buf, 42, 0, a->size);
+    gr_close(f);
+    gr_disconnect(c);
+    free(buf);
+    return NULL;
+}
+
+START_TEST(test_concurrent_clients_share_fetches)
+{
+    enum { N = 8 };
+    pthread_t t[N];
+    reader_arg a[N];
+    const uint64_t size = 40 * CHUNK + 3;
+
+    start(NULL);
+    tu_write_pattern(src_path("shared"), 42, size);
+    boot();
+    for (int i = 0; i < N; i++) {
+        a[i] = (reader_arg){ d.sock, src_path("shared"), size, 0 };
+        a[i].path = strdup(src_path("shared"));
+        pthread_create(&t[i], NULL, reader_main, &a[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(a[i].ok, "reader %d got wrong bytes", i);
+        free((char *)a[i].path);
+    }
+    /* However many readers, each chunk came from the source once. */
+    ck_assert_uint_eq(tu_stat(&d, "source_bytes_read"), size);
+    ck_assert_uint_eq(tu_stat(&d, "source_reads"), 41);
+}
+END_TEST
+
+START_TEST(test_second_daemon_refused)
+{
+    tu_daemon other;
+
+    start(NULL);
+    boot();
+    /* Same socket path: must refuse, and must not remove the live socket. */
+    tu_daemon_init(&other, NULL);
+    {
+        FILE *f = fopen(other.conf, "a");
+        fprintf(f, "[daemon]\nsocket = %s\n", d.sock);
+        fclose(f);
+    }
+    ck_assert_int_ne(tu_daemon_start(&other), 0);
+    ck_assert_int_eq(access(d.sock, F_OK), 0);
+    ck_assert_uint_eq(tu_stat(&d, "connections_total") > 0, 1);
+    tu_daemon_fini(&other);
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+    Suite *s = suite_create("daemon");
+    TCase *tc = tcase_create("integration");
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_reads_exact);
+    tcase_add_test(tc, test_second_read_cached);
+    tcase_add_test(tc, test_warm_restart);
+    tcase_add_test(tc, test_rewritten_file);
+    tcase_add_test(tc, test_changed_while_open);
+    tcase_add_test(tc, test_refused_paths);
+    tcase_add_test(tc, test_nvme_capacity_hard);
+    tcase_add_test(tc, test_hostile_input);
+    tcase_add_test(tc, test_concurrent_clients_share_fetches);
+    tcase_add_test(tc, test_second_daemon_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(daemon_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

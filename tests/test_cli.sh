@@ -1,0 +1,100 @@
+#!/bin/sh
+# granaryctl against a real granaryd: cat is byte-identical to the file,
+# stats --json is one JSON object with the contract keys, errors are one
+# line with a non-zero exit.
+set -u
+cd "$(dirname "$0")/.."
+GRANARYD=${GRANARYD:-build/granaryd}
+CTL=build/granaryctl
+dir=$(mktemp -d /tmp/granary-cli-XXXXXX)
+pid=
+fails=0
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+check() {   # check DESCRIPTION COMMAND...
+    d=$1
+    shift
+    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
+}
+
+mkdir -p "$dir/src"
+head -c 5000000 /dev/urandom > "$dir/src/big.bin"
+printf 'x' > "$dir/src/one"
+: > "$dir/src/empty"
+cat > "$dir/g.conf" <<CONF
+[daemon]
+socket = $dir/sock
+[source]
+roots = $dir/src
+chunk_size = 1M
+[dram]
+capacity = 64M
+[nvme]
+path = $dir/nvme
+capacity = 64M
+CONF
+$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
+pid=$!
+i=0
+while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+check "daemon started" test -S "$dir/sock"
+
+for f in big.bin one empty; do
+    $CTL -s "$dir/sock" cat "$dir/src/$f" > "$dir/out"
+    check "cat $f exit 0" test $? -eq 0
+    check "cat $f identical" cmp -s "$dir/out" "$dir/src/$f"
+done
+GRANARY_SOCKET="$dir/sock" $CTL cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
+check "GRANARY_SOCKET is honoured" test $? -eq 0
+$CTL -s "$dir/sock" cat "$dir/src/one" "$dir/src/big.bin" > "$dir/out"
+cat "$dir/src/one" "$dir/src/big.bin" | cmp -s - "$dir/out"
+check "cat of several files concatenates" test $? -eq 0
+
+$CTL -s "$dir/sock" stats --json > "$dir/stats.json"
+check "stats --json exit 0" test $? -eq 0
+/usr/bin/python3 - "$dir/stats.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+need = ["hits_dram", "hits_nvme", "misses", "bytes_served", "source_bytes_read",
+        "dram_used_bytes", "dram_capacity_bytes", "nvme_used_bytes", "nvme_capacity_bytes",
+        "evictions_dram", "evictions_nvme"]
+missing = [k for k in need if k not in s]
+assert not missing, missing
+assert s["source_bytes_read"] == 5000001, s["source_bytes_read"]
+assert s["hits_dram"] >= 5, s
+assert s["dram_capacity_bytes"] == 64 << 20
+assert s["nvme_capacity_bytes"] == 64 << 20
+PY
+check "stats --json has the contract keys and true values" test $? -eq 0
+$CTL -s "$dir/sock" stats | grep -q '^misses '
+check "stats table" test $? -eq 0
+
+$CTL -s "$dir/sock" cat "$dir/src/nope" > /dev/null 2> "$dir/err"
+rc=$?
+check "missing file: exit 1" test $rc -eq 1
+check "missing file: one-line error" test "$(wc -l < "$dir/err")" -eq 1
+grep -q "No such file" "$dir/err"
+check "missing file: says why" test $? -eq 0
+$CTL -s "$dir/sock" cat /etc/passwd > /dev/null 2> "$dir/err"
+check "outside roots: exit 1" test $? -eq 1
+grep -q "outside the source roots" "$dir/err"
+check "outside roots: says why" test $? -eq 0
+$CTL -s "$dir/nosuchsock" stats > /dev/null 2> "$dir/err"
+check "no daemon: exit 3" test $? -eq 3
+check "no daemon: one-line error" test "$(wc -l < "$dir/err")" -eq 1
+$CTL bogus > /dev/null 2>&1
+check "unknown command: exit 2" test $? -eq 2
+$CTL --help | grep -q "usage: granaryctl"
+check "--help" test $? -eq 0
+
+kill -TERM "$pid"
+wait "$pid"
+check "SIGTERM: clean exit" test $? -eq 0
+pid=
+check "socket removed" test ! -e "$dir/sock"
+grep -q "^granaryd info: stopped" "$dir/log"
+check "logged its stop" test $? -eq 0
+[ $fails -eq 0 ]
