@@ -622,8 +622,6 @@ static void st_finish_removal(store *s, st_entry *const *v, size_t n)
 /* Drop e because its bytes are bad, unless someone already removed it. */
 static void st_drop_bad(store *s, st_entry *e)
 {
-    uint64_t g;
-
     pthread_mutex_lock(&s->lock);
     if (e->dead) {
         pthread_mutex_unlock(&s->lock);
@@ -1331,10 +1329,10 @@ static st_entry *st_load_record(store *s, const uint8_t *k, const uint8_t *v, si
     return e;
 }
 
-typedef struct st_atime {
+typedef struct st_arec_time {
     uint8_t key[STORE_KEY_LEN];
     uint64_t atime;
-} st_atime;
+} st_arec_time;
 
 /*
  * Build the table from RocksDB: 'C' records become entries, 'A' records
@@ -1345,7 +1343,7 @@ static int st_load_index(store *s, st_dels *d, char *err, size_t errlen)
 {
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_iterator_t *it = NULL;
-    st_atime *at = NULL;
+    st_arec_time *at = NULL;
     size_t nat = 0, cat = 0;
     uint64_t *fsize = calloc((size_t)s->ncls + 1, sizeof(*fsize));
     char *e = NULL;
@@ -1374,7 +1372,7 @@ static int st_load_index(store *s, st_dels *d, char *err, size_t errlen)
         if (klen == ST_DBKEY_LEN && k[0] == ST_PFX_ATIME && vlen == 8) {
             if (nat == cat) {
                 size_t nc = cat ? cat * 2 : 1024;
-                st_atime *na = realloc(at, nc * sizeof(*na));
+                st_arec_time *na = realloc(at, nc * sizeof(*na));
                 if (!na)
                     goto fail;
                 at = na;
