@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +19,24 @@
 #include "source.h"
 
 #define ATTR_CACHE_MAX 65536            /* entries kept; oldest go first */
+#define LARGE_BLKSIZE  (64 * 1024)      /* st_blksize from here up is a stripe hint */
+
+/*
+ * Lustre's stripe query, declared here so that no Lustre headers are needed
+ * to build: LL_IOC_LOV_GETSTRIPE fills a lov_user_md whose first fields are
+ * stable across versions (lustre_user.h).
+ */
+#define LL_SUPER_MAGIC        0x0BD00BD0
+#define LL_IOC_LOV_GETSTRIPE  _IOW('f', 155, long)
+struct gr_lov_user_md {
+    uint32_t lmm_magic;
+    uint32_t lmm_pattern;
+    uint64_t lmm_oi[2];
+    uint32_t lmm_stripe_size;
+    uint16_t lmm_stripe_count;
+    uint16_t lmm_stripe_offset;
+    uint8_t room_for_objects[4096];     /* the kernel appends per-stripe objects */
+};
 
 struct source {
     char roots[CONFIG_MAX_ROOTS][PATH_MAX];
@@ -203,6 +223,26 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
     return fd;
 }
 
+/* The Lustre stripe size of an open file, or 0 (not Lustre, or the query
+ * failed: then st_blksize, which Lustre sets to the stripe size anyway). */
+static uint32_t lustre_stripe(int fd)
+{
+    struct statfs sfs;
+    struct gr_lov_user_md *lum;
+    uint32_t stripe = 0;
+
+    if (fstatfs(fd, &sfs) < 0 || (unsigned long)sfs.f_type != LL_SUPER_MAGIC)
+        return 0;
+    lum = calloc(1, sizeof(*lum));
+    if (!lum)
+        return 0;
+    lum->lmm_magic = 0x0BD10BD0;        /* LOV_USER_MAGIC_V1 */
+    if (ioctl(fd, LL_IOC_LOV_GETSTRIPE, lum) == 0)
+        stripe = lum->lmm_stripe_size;
+    free(lum);
+    return stripe;
+}
+
 int source_stat(source *s, const char *norm, int root, struct stat *st, char *err, size_t errlen)
 {
     int fd = open_beneath(s, norm, root, err, errlen);
@@ -216,6 +256,10 @@ int source_stat(source *s, const char *norm, int root, struct stat *st, char *er
     } else if (!S_ISREG(st->st_mode)) {
         rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
         snprintf(err, errlen, "not a regular file: %.200s", norm);
+    } else {
+        uint32_t stripe = lustre_stripe(fd);
+        if (stripe)
+            st->st_blksize = (blksize_t)stripe;
     }
     close(fd);
     return rc;
@@ -294,6 +338,19 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
 out:
     close(fd);
     return rc;
+}
+
+uint64_t source_chunk_size(uint64_t chunk_size, uint64_t blksize)
+{
+    /* A large st_blksize (or Lustre's stripe, put there by source_stat) is
+     * the filesystem's stripe: chunks are the largest multiple of it that
+     * fits chunk_size, so every source read covers whole stripes, also for
+     * stripes that are not powers of two (Lustre allows any multiple of
+     * 64K).  A stripe larger than chunk_size cannot be honoured without
+     * bigger chunks, which the operator must configure. */
+    if (blksize >= LARGE_BLKSIZE && blksize <= chunk_size)
+        return chunk_size - chunk_size % blksize;
+    return chunk_size;
 }
 
 /* ---- attribute cache (loop thread) ---- */
@@ -377,10 +434,7 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
     f->root = root;
     f->st = *st;
     f->checked_at = now;
-    /* chunk_size is a power of two; so is a sane st_blksize.  A stripe
-     * (st_blksize) that divides it keeps every chunk stripe-aligned; a larger
-     * one cannot be honoured without bigger chunks, which the operator must
-     * configure, so say so (debug level: it would repeat per file). */
+    cs = source_chunk_size(cs, (uint64_t)st->st_blksize);
     if (st->st_blksize > 0 && (uint64_t)st->st_blksize > cs)
         log_debug("%s: stripe %ld exceeds chunk_size %llu", norm, (long)st->st_blksize,
                   (unsigned long long)cs);

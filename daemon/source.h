@@ -89,6 +89,11 @@ void srcfile_unref(srcfile **f);
 /* Number of bytes in chunk idx of f (0 past the end). */
 uint64_t srcfile_chunk_len(const srcfile *f, uint64_t idx);
 
+/* The chunk size for a file whose stripe (st_blksize, or Lustre's stripe
+ * size) is blksize, given the configured chunk_size: the largest multiple of
+ * a stripe of 64K or more that fits chunk_size, else chunk_size.  Pure. */
+uint64_t source_chunk_size(uint64_t chunk_size, uint64_t blksize);
+
 /* Monotonic clock in seconds. */
 double source_now(void);
 

@@ -322,6 +322,7 @@ START_TEST(test_nvme_capacity_hard)
     ck_assert_uint_gt(tu_stat(&d, "evictions_nvme"), 0);
     ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 2u << 20);
     /* The most recent file is still cached on NVMe after a restart. */
+    gr_disconnect(c);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
     ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
     boot();

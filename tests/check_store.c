@@ -114,6 +114,8 @@ static void fx_init(fixture *f, uint64_t cap, uint64_t inline_max, uint64_t max_
     f->buf = aligned_alloc(STORE_ALIGN, rnd_up(max_chunk));
     f->out = aligned_alloc(STORE_ALIGN, rnd_up(max_chunk));
     ck_assert(f->buf && f->out);
+    /* store_put writes the tail up to the 4 KiB boundary: keep it defined. */
+    memset(f->buf, 0, rnd_up(max_chunk));
     fx_open(f);
 }
 
@@ -692,6 +694,9 @@ static void *cc_worker(void *p)
     cc_arg *a = p;
     fixture *f = a->f;
     uint8_t *buf = aligned_alloc(STORE_ALIGN, MIB), *out = aligned_alloc(STORE_ALIGN, MIB);
+
+    ck_assert(buf && out);
+    memset(buf, 0, MIB);
 
     while (!*a->stop) {
         unsigned r = (unsigned)rand_r(&a->seed);
