@@ -303,10 +303,11 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
     if (status >= 0 || status < -4095)
         return -EINVAL;
     /* The body is UTF-8: never cut inside a multi-byte sequence.  text[n] is
-     * readable here (it is the NUL or the first byte past the cut). */
+     * readable here (it is the NUL or the first byte past the cut); a
+     * sequence that straddles the cut starts at most 3 bytes before it. */
     if (n == PROTO_MAX_ERRMSG) {
         size_t k = n;
-        while (k > n - 4 && ((unsigned char)text[k] & 0xC0) == 0x80)
+        while (k > n - 3 && ((unsigned char)text[k] & 0xC0) == 0x80)
             k--;
         if (k < n && ((unsigned char)text[k] & 0xC0) == 0xC0)
             n = k;

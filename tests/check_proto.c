@@ -736,6 +736,11 @@ START_TEST(test_error_reply)
     memset(t, 'e', sizeof(t) - 1);
     memcpy(t + PROTO_MAX_ERRMSG - 4, "\xf0\x9f\x98\x80", 4);    /* ends at the cut */
     error_rt(PROTO_OP_OPEN, 3, -EACCES, t, PROTO_MAX_ERRMSG);
+    /* A lead byte with one continuation byte too many: not UTF-8, and the
+     * lead lies 4 bytes back, too far to be the straddling sequence's. */
+    memset(t, 'e', sizeof(t) - 1);
+    memcpy(t + PROTO_MAX_ERRMSG - 4, "\xf0\x9f\x98\x80\x80", 5);
+    error_rt(PROTO_OP_OPEN, 3, -EACCES, t, PROTO_MAX_ERRMSG);
     /* Not UTF-8 at all (a run of continuation bytes): a plain byte cut. */
     memset(t, 0x80, sizeof(t) - 1);
     error_rt(PROTO_OP_OPEN, 3, -EACCES, t, PROTO_MAX_ERRMSG);
