@@ -55,6 +55,15 @@ static void set_err(gr_client *c, int err, const char *text, size_t len)
     errno = err;
 }
 
+/* The next request id; 0 is skipped on wrap (it means "unknown" in
+ * replies). */
+static uint32_t take_id(gr_client *c)
+{
+    if (c->next_id == 0)
+        c->next_id = 1;
+    return c->next_id++;
+}
+
 const char *gr_strerror_last(gr_client *c)
 {
     return c->errtext;
@@ -155,7 +164,9 @@ static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_ms
         rc = recv_msg(c, m);
         if (rc < 0)
             return rc;
-        if (m->h.req_id == id)
+        /* Id 0 is never ours: the daemon could not read our request's
+         * header, and this error is the answer to it. */
+        if (m->h.req_id == id || (m->h.req_id == 0 && m->h.status < 0))
             return 0;
     }
 }
@@ -183,6 +194,7 @@ gr_client *gr_connect(const char *socket_path)
     uint8_t req[PROTO_HDR_LEN + PROTO_HELLO_LEN];
     proto_hello hello = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG };
     proto_msg m;
+    uint32_t id;
     int rc, e;
 
     if (!socket_path || !*socket_path)
@@ -209,8 +221,9 @@ gr_client *gr_connect(const char *socket_path)
         goto fail;
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    proto_enc_hello(req, sizeof(req), 0, c->next_id, &hello);
-    rc = call(c, req, sizeof(req), c->next_id++, &m);
+    id = take_id(c);
+    proto_enc_hello(req, sizeof(req), 0, id, &hello);
+    rc = call(c, req, sizeof(req), id, &m);
     if (rc < 0) {
         errno = -rc;
         goto fail;
@@ -254,16 +267,18 @@ gr_file *gr_open(gr_client *c, const char *path)
     size_t len = path ? strlen(path) : 0;
     gr_file *f = NULL;
     proto_msg m;
+    uint32_t id;
     ssize_t n;
     int rc;
 
     pthread_mutex_lock(&c->lock);
-    n = proto_enc_open(req, sizeof(req), c->next_id, path, len);
+    id = take_id(c);
+    n = proto_enc_open(req, sizeof(req), id, path, len);
     if (n < 0) {
         fail(c, len == 0 ? -EINVAL : -ENAMETOOLONG);
         goto out;
     }
-    rc = call(c, req, (size_t)n, c->next_id++, &m);
+    rc = call(c, req, (size_t)n, id, &m);
     if (rc < 0) {
         fail(c, rc);
         goto out;
@@ -311,14 +326,16 @@ int gr_close(gr_file *f)
     gr_client *c;
     uint8_t req[PROTO_HDR_LEN + 4];
     proto_msg m;
+    uint32_t id;
     int rc, ret = 0;
 
     if (!f)
         return 0;
     c = f->c;
     pthread_mutex_lock(&c->lock);
-    proto_enc_close(req, sizeof(req), c->next_id, f->a.handle);
-    rc = call(c, req, sizeof(req), c->next_id++, &m);
+    id = take_id(c);
+    proto_enc_close(req, sizeof(req), id, f->a.handle);
+    rc = call(c, req, sizeof(req), id, &m);
     if (rc < 0)
         ret = fail(c, rc);
     else if (m.h.status < 0)
@@ -372,7 +389,12 @@ static int recv_piece(gr_client *c, uint32_t base, uint32_t npieces, char *buf, 
         return -EPROTO;
     }
     i = h.req_id - base;
-    if (h.req_id < base || i >= npieces) {
+    if (h.req_id == 0 && h.status < 0) {
+        rc = recv_msg(c, err);      /* our request was unreadable */
+        *piece = 0;
+        return rc < 0 ? rc : 0;
+    }
+    if (i >= npieces) {
         proto_msg m;
         rc = recv_msg(c, &m);
         return rc < 0 ? rc : 1;
@@ -427,6 +449,8 @@ ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
     npieces = (uint32_t)((len + c->max_data - 1) / c->max_data);
 
     pthread_mutex_lock(&c->lock);
+    if (c->next_id == 0 || c->next_id + npieces < c->next_id)
+        c->next_id = 1;             /* wrap, skipping 0 (the daemon's "unknown") */
     base = c->next_id;
     c->next_id += npieces;
     while (done < npieces) {
@@ -476,12 +500,14 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 {
     uint8_t req[PROTO_HDR_LEN];
     proto_msg m;
+    uint32_t id;
     size_t off = 0;
     int rc, ret = 0;
 
     pthread_mutex_lock(&c->lock);
-    proto_enc_stats_req(req, sizeof(req), c->next_id);
-    rc = call(c, req, sizeof(req), c->next_id++, &m);
+    id = take_id(c);
+    proto_enc_stats_req(req, sizeof(req), id);
+    rc = call(c, req, sizeof(req), id, &m);
     if (rc < 0) {
         ret = fail(c, rc);
         goto out;

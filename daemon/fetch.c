@@ -138,7 +138,9 @@ static void writeback_done(wq_job *j)
     writeback *wb = (writeback *)j;
     fetcher *fx = wb->fx;
 
-    if (wb->rc == 0) {
+    if (j->cancelled) {
+        fx->stats->nvme_writes_skipped++;
+    } else if (wb->rc == 0) {
         fx->stats->nvme_writes++;
     } else {
         fx->stats->nvme_write_errors++;

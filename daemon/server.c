@@ -385,6 +385,7 @@ static void handle_close(conn *c, const proto_msg *m)
 static void read_finish(readreq *r)
 {
     conn *c = r->c;
+    uint32_t body;
     outmsg *m;
 
     c->inflight--;
@@ -415,10 +416,13 @@ static void read_finish(readreq *r)
             r->chunks[i] = NULL;
             pos = cstart + to;
         }
-        m->len = PROTO_HDR_LEN + r->len;
-        proto_encode_hdr(m->buf, PROTO_OP_READ, PROTO_F_REPLY, r->req_id, 0, r->len);
+        /* Every chunk holds its full length (fetch guarantees it), so the
+         * slices add up to r->len; the header states what is really sent. */
+        body = (uint32_t)(pos - r->off);
+        m->len = PROTO_HDR_LEN + body;
+        proto_encode_hdr(m->buf, PROTO_OP_READ, PROTO_F_REPLY, r->req_id, 0, body);
     }
-    c->srv->d.stats->bytes_served += r->len;
+    c->srv->d.stats->bytes_served += body;
     conn_send(c, m);
 out:
     for (unsigned i = 0; i < r->n; i++)
@@ -510,8 +514,14 @@ static void handle_hello(conn *c, const proto_msg *m)
         .max_data = PROTO_MAX_DATA,
         .chunk_size = (uint32_t)c->srv->d.cfg->chunk_size,
     };
-    outmsg *o = outmsg_new(PROTO_HELLO_LEN);
+    outmsg *o;
 
+    if (m->u.hello.version != PROTO_VERSION) {
+        reply_error(c, PROTO_OP_HELLO, m->h.req_id, -EPROTONOSUPPORT,
+                    "protocol version not supported");
+        return;
+    }
+    o = outmsg_new(PROTO_HELLO_LEN);
     if (!o)
         return;
     proto_enc_hello(o->buf, o->len, PROTO_F_REPLY, m->h.req_id, &h);
@@ -521,16 +531,19 @@ static void handle_hello(conn *c, const proto_msg *m)
 static void handle_stats(conn *c, const proto_msg *m)
 {
     gr_stats st;
-    size_t off = 0, cap = 4096;
+    size_t off = 0, cap = PROTO_MAX_BODY;
     outmsg *o = outmsg_new(cap);
+    int rc = 0;
 
     if (!o)
         return;
     server_snapshot(c->srv, &st);
 #define GR_STATS_PUT(kind, name, help) \
-    proto_stats_put(o->buf + PROTO_HDR_LEN, cap, &off, #name, st.name);
+    rc |= proto_stats_put(o->buf + PROTO_HDR_LEN, cap, &off, #name, st.name);
     GR_STATS(GR_STATS_PUT)
 #undef GR_STATS_PUT
+    if (rc < 0)                     /* only if the table outgrew a message */
+        log_error("stats reply truncated");
     proto_encode_hdr(o->buf, PROTO_OP_STATS, PROTO_F_REPLY, m->h.req_id, 0, (uint32_t)off);
     o->len = PROTO_HDR_LEN + off;
     o->iov[0].iov_len = o->len;

@@ -146,6 +146,7 @@ struct store {
     uint64_t slot_bytes, meta_live, garbage, garbage_settled, pending_free;
     uint64_t tick;
     int compacting;
+    int inflight;                       /* puts holding a reservation, not linked yet */
     store_stats st;
 };
 
@@ -261,10 +262,12 @@ static int st_is_inline(const st_entry *e)
     return e->cls == ST_INLINE;
 }
 
-/* What a live entry adds to meta_live. */
+/* What a live entry adds to meta_live: its records and, paid in advance,
+ * their tombstones, so that removing it never needs room. */
 static uint64_t st_meta_charge(const st_entry *e)
 {
-    return 2 * ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + (e->has_arec ? 2 * ST_AREC_BYTES : 0);
+    return 2 * (ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + ST_TOMB_BYTES) +
+           (e->has_arec ? 2 * (ST_AREC_BYTES + ST_TOMB_BYTES) : 0);
 }
 
 static uint64_t st_used_locked(const store *s)
@@ -376,24 +379,20 @@ static void st_unhash_locked(store *s, st_entry *e)
 
 /*
  * Remove a live entry whose records are about to be deleted from RocksDB:
- * its metadata becomes garbage (plus the tombstones), its slot bytes become
- * pending_free.  The caller owns the table's reference from now on.
- * Returns the garbage added, for the caller to settle once the tombstones
- * are written.
+ * its metadata charge (records and tombstones) becomes garbage, its slot
+ * bytes become pending_free; used does not change.  The caller owns the
+ * table's reference from now on and settles st_meta_charge(e) once the
+ * tombstones are written.
  */
-static uint64_t st_removal_garbage(const st_entry *e);
-
-static uint64_t st_remove_locked(store *s, st_entry *e)
+static void st_remove_locked(store *s, st_entry *e)
 {
     uint64_t c = st_meta_charge(e);
-    uint64_t g = st_removal_garbage(e);
 
     st_unhash_locked(s, e);
     s->meta_live -= c;
-    s->garbage += g;
+    s->garbage += c;
     if (!st_is_inline(e))
         s->pending_free += st_round(e->len);
-    return g;
 }
 
 static void st_settle_locked(store *s, uint64_t g)
@@ -516,15 +515,15 @@ static void st_release(store *s, st_entry *e)
         s->pending_free -= alen;
         if (rc < 0) {
             s->st.io_errors++;
-        } else if (st_heap_push(c, e->slot) == 0) {
-            s->slot_bytes -= alen;
         } else {
-            s->slot_bytes -= alen;      /* punched: only the slot number leaks */
+            s->slot_bytes -= alen;
+            if (st_heap_push(c, e->slot) < 0)
+                rc = -ENOMEM;           /* punched: only the slot number leaks */
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->lock);
         if (rc < 0)
-            log_error("store: punch %s/data-%" PRIu64 ".dat slot %u: %s",
+            log_error("store: free %s/data-%" PRIu64 ".dat slot %u: %s",
                       s->path, c->size, e->slot, strerror(-rc));
     }
     free(e);
@@ -548,12 +547,6 @@ static void st_unref(store *s, st_entry *e, uint64_t *ctr)
 static pthread_mutex_t *st_stripe(store *s, const uint8_t key[STORE_KEY_LEN])
 {
     return &s->stripes[st_hash(key) % ST_STRIPES];
-}
-
-/* Garbage that st_remove_locked charges for e. */
-static uint64_t st_removal_garbage(const st_entry *e)
-{
-    return st_meta_charge(e) + 2 * ST_TOMB_BYTES * (e->has_arec ? 2 : 1);
 }
 
 /*
@@ -609,7 +602,7 @@ static void st_finish_removal(store *s, st_entry *const *v, size_t n)
     uint64_t g = 0;
 
     for (size_t i = 0; i < n; i++)
-        g += st_removal_garbage(v[i]);
+        g += st_meta_charge(v[i]);
     /* On a RocksDB failure the records may survive; their slots are freed
      * anyway and a later reader of a stale record fails its checksum. */
     st_db_delete(s, v, n);
@@ -715,8 +708,9 @@ static int st_make_room_locked(store *s, uint64_t need)
         can_compact = s->garbage_settled > 0 && !s->compacting;
         if (can_compact && (!s->lru || s->garbage >= st_compact_thr_locked(s)))
             st_compact_locked(s);
-        else if (s->pending_free || s->garbage != s->garbage_settled || s->compacting)
-            pthread_cond_wait(&s->cv, &s->lock);
+        else if (s->pending_free || s->garbage != s->garbage_settled || s->compacting ||
+                 s->inflight)
+            pthread_cond_wait(&s->cv, &s->lock);    /* space, or a put to evict, comes */
         else if (can_compact)
             st_compact_locked(s);
         else
@@ -868,7 +862,7 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
 {
     int inl = len <= s->inline_max, ci = -1, rc;
     uint64_t alen = inl ? 0 : st_round(len);
-    uint64_t charge = 2 * ST_REC_BYTES(inl ? len : 0);
+    uint64_t charge = 2 * (ST_REC_BYTES(inl ? len : 0) + ST_TOMB_BYTES);
     pthread_mutex_t *stripe = st_stripe(s, key);
     st_entry *e = NULL, *old;
     st_class *c = NULL;
@@ -906,6 +900,7 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     }
     s->slot_bytes += alen;
     s->meta_live += charge;
+    s->inflight++;
     e->atime = st_tick_locked(s);
     pthread_mutex_unlock(&s->lock);
 
@@ -925,12 +920,13 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     }
     pthread_mutex_lock(&s->lock);
     if ((old = st_find_locked(s, key))) {
-        /* Its 'C' record was just overwritten (settled garbage); its 'A'
-         * record, if any, now belongs to the new entry. */
+        /* Its 'C' record was just overwritten (settled garbage) and needs
+         * no tombstone; its 'A' record, if any, now belongs to the new
+         * entry. */
         uint64_t g = 2 * ST_REC_BYTES(st_is_inline(old) ? old->len : 0);
 
         st_unhash_locked(s, old);
-        s->meta_live -= g;
+        s->meta_live -= g + 2 * ST_TOMB_BYTES;
         s->garbage += g;
         s->garbage_settled += g;
         if (!st_is_inline(old))
@@ -940,6 +936,8 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     }
     st_link_locked(s, e);
     s->st.puts++;
+    s->inflight--;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_unlock(stripe);
     if (old)
@@ -953,6 +951,7 @@ fail_unreserve:
         c = NULL;                       /* keep it charged, never reuse it */
     pthread_mutex_lock(&s->lock);
     s->meta_live -= charge;
+    s->inflight--;
     if (c) {
         s->slot_bytes -= alen;
         if (st_heap_push(c, e->slot) < 0)
@@ -1010,7 +1009,7 @@ long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen)
     pthread_mutex_lock(&s->lock);
     for (st_entry *e = s->mru, *next; e; e = next) {
         next = e->older;
-        if (memcmp(e->key, prefix, plen) != 0)
+        if (plen && memcmp(e->key, prefix, plen) != 0)
             continue;
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 256;
@@ -1194,7 +1193,20 @@ fail:
     return rc;
 }
 
-/* Check the format record, or write it into a new database. */
+/* Whether the database holds no key at all. */
+static int st_db_empty(store *s)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
+    int empty;
+
+    rocksdb_iter_seek_to_first(it);
+    empty = !rocksdb_iter_valid(it);
+    rocksdb_iter_destroy(it);
+    return empty;
+}
+
+/* Check the format record, or write it into a new, empty database (a
+ * foreign one would otherwise lose its keys as "unknown" at load). */
 static int st_check_meta(store *s, char *err, size_t errlen)
 {
     uint8_t v[8];
@@ -1202,6 +1214,10 @@ static int st_check_meta(store *s, char *err, size_t errlen)
     size_t vlen = 0;
 
     got = rocksdb_get(s->db, s->ropts, ST_META_KEY, 1, &vlen, &e);
+    if (!e && !got && !st_db_empty(s)) {
+        snprintf(err, errlen, "%s/index: a RocksDB database that is not a granary store", s->path);
+        return -EINVAL;
+    }
     if (!e && got && (vlen != 8 || st_get64((uint8_t *)got) != ((uint64_t)ST_REC_VERSION << 32 | ST_META_MAGIC))) {
         snprintf(err, errlen, "%s: not a granary store of format %d", s->path, ST_REC_VERSION);
         rocksdb_free(got);
@@ -1520,11 +1536,14 @@ static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
     return 0;
 }
 
-/* What RocksDB's SST files hold beyond the live records' charge is garbage
- * (from before a crash, or from the access times written at close). */
+/* What RocksDB's SST files hold beyond the live records is garbage (from
+ * before a crash, or from the access times written at close). */
 static void st_measure_garbage(store *s, uint64_t tombs)
 {
-    uint64_t sst = 0, live = s->meta_live / 2;
+    uint64_t sst = 0, live = 0;
+
+    for (st_entry *e = s->mru; e; e = e->older)
+        live += ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + (e->has_arec ? ST_AREC_BYTES : 0);
 
     if (rocksdb_property_int(s->db, "rocksdb.total-sst-files-size", &sst) != 0)
         sst = 0;
@@ -1566,7 +1585,7 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
         goto fail;
     }
     min = s->reserve + (s->max_chunk > s->inline_max ? st_round(s->max_chunk) : 0) +
-          2 * ST_REC_BYTES(s->max_chunk > s->inline_max ? 0 : s->max_chunk);
+          2 * (ST_REC_BYTES(s->max_chunk > s->inline_max ? 0 : s->max_chunk) + ST_TOMB_BYTES);
     if (s->capacity < min) {
         rc = -EINVAL;
         snprintf(err, errlen, "store %s: capacity %" PRIu64 " too small: the index needs a "
@@ -1630,24 +1649,25 @@ static void st_writeback_atimes(store *s)
     pthread_mutex_lock(&s->lock);
     for (st_entry *e = s->lru; e; e = e->newer) {
         uint8_t k[ST_DBKEY_LEN], v[8];
+        uint64_t add = e->has_arec ? 2 * ST_AREC_BYTES : 2 * (ST_AREC_BYTES + ST_TOMB_BYTES);
 
         if (!e->touched)
             continue;
-        if (st_used_locked(s) + 2 * ST_AREC_BYTES > s->capacity) {
+        if (st_used_locked(s) + add > s->capacity) {
             if (n || !s->garbage_settled)
                 break;
             st_compact_locked(s);
-            if (st_used_locked(s) + 2 * ST_AREC_BYTES > s->capacity)
+            if (st_used_locked(s) + add > s->capacity)
                 break;
         }
         st_dbkey(k, ST_PFX_ATIME, e->key);
         st_put64(v, e->atime);
         rocksdb_writebatch_put(b, (const char *)k, sizeof(k), (const char *)v, sizeof(v));
         if (e->has_arec) {
-            s->garbage += 2 * ST_AREC_BYTES;    /* the old one */
-            g += 2 * ST_AREC_BYTES;
+            s->garbage += add;                  /* the old one */
+            g += add;
         } else {
-            s->meta_live += 2 * ST_AREC_BYTES;
+            s->meta_live += add;
             e->has_arec = 1;
         }
         e->touched = 0;

@@ -116,6 +116,7 @@ fail:
 void workers_submit(workers *w, wq_job *j, wq_prio prio)
 {
     j->next = NULL;
+    j->cancelled = 0;
     pthread_mutex_lock(&w->lock);
     if (w->tail[prio])
         w->tail[prio]->next = j;
@@ -145,6 +146,17 @@ void workers_stop(workers **wp)
         return;
     pthread_mutex_lock(&w->lock);
     w->stopping = 1;
+    /* Cache fills are not worth delaying an exit for. */
+    for (wq_job *j = w->head[WQ_BACKGROUND]; j; j = j->next)
+        j->cancelled = 1;
+    if (w->head[WQ_BACKGROUND]) {
+        if (w->done_tail)
+            w->done_tail->next = w->head[WQ_BACKGROUND];
+        else
+            w->done_head = w->head[WQ_BACKGROUND];
+        w->done_tail = w->tail[WQ_BACKGROUND];
+        w->head[WQ_BACKGROUND] = w->tail[WQ_BACKGROUND] = NULL;
+    }
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
     for (int i = 0; i < w->nthreads; i++)

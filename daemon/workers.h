@@ -20,8 +20,9 @@ typedef enum { WQ_DEMAND = 0, WQ_BACKGROUND = 1, WQ_NQUEUES } wq_prio;
 typedef struct wq_job wq_job;
 struct wq_job {
     void (*run)(wq_job *j);     /* worker thread */
-    void (*done)(wq_job *j);    /* loop thread, after run */
+    void (*done)(wq_job *j);    /* loop thread, after run (or instead of it, see cancelled) */
     wq_job *next;               /* queue link, owned by the pool */
+    int cancelled;              /* set when workers_stop dropped the job before it ran */
 };
 
 typedef struct workers workers;
@@ -37,8 +38,10 @@ void workers_submit(workers *w, wq_job *j, wq_prio prio);
 /* Jobs queued and not yet started, per queue (for stats). */
 unsigned workers_pending(workers *w, wq_prio prio);
 
-/* Stop the threads after the jobs already queued have run, deliver every
- * outstanding done() on the calling (loop) thread, free, set *w NULL. */
+/* Stop: background jobs not yet started are cancelled (their done() runs
+ * with j->cancelled set and run() never called), demand jobs already queued
+ * still run; then the threads are joined, every outstanding done() runs on
+ * the calling (loop) thread, and *w is freed and set NULL.  NULL-safe. */
 void workers_stop(workers **w);
 
 #endif

@@ -4,7 +4,8 @@
  * capacity limit measured on disk, corruption and malformed records,
  * concurrent use, prefix drops and the error returns.
  *
- * Each test uses a fresh directory under $TMPDIR (or /tmp).  A chunk put
+ * Each test uses a fresh directory under $TMPDIR (or /tmp).
+ * CHECK_STORE_SECONDS sets how long the concurrency test runs (1.5).  A chunk put
  * under (file, index) with length len always holds pat(file, index, len),
  * so any reader can check any bytes it gets back.
  */
@@ -321,6 +322,28 @@ START_TEST(test_open_errors)
     }
     store_close(&s);
     store_close(&s);            /* NULL-safe */
+
+    /* Somebody else's RocksDB where the index would be is left alone. */
+    {
+        char idx[600], *e = NULL;
+        rocksdb_options_t *o = rocksdb_options_create();
+        rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+        rocksdb_t *db;
+
+        snprintf(path, sizeof(path), "%s/other", dir);
+        ck_assert_int_eq(mkdir(path, 0750), 0);
+        snprintf(idx, sizeof(idx), "%s/index", path);
+        rocksdb_options_set_create_if_missing(o, 1);
+        db = rocksdb_open(o, idx, &e);
+        ck_assert(db && !e);
+        rocksdb_put(db, wo, "foo", 3, "bar", 3, &e);
+        ck_assert(!e);
+        rocksdb_close(db);
+        ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), -EINVAL);
+        ck_assert_msg(strstr(err, "not a granary store") != NULL, "message: %s", err);
+        rocksdb_writeoptions_destroy(wo);
+        rocksdb_options_destroy(o);
+    }
     tu_rmrf(dir);
     free(dir);
 }
@@ -676,7 +699,7 @@ END_TEST
 typedef struct cc_arg {
     fixture *f;
     unsigned seed;
-    volatile int *stop;
+    int *stop;                  /* read and written atomically */
     long ops, hits, bad;
 } cc_arg;
 
@@ -698,7 +721,7 @@ static void *cc_worker(void *p)
     ck_assert(buf && out);
     memset(buf, 0, MIB);
 
-    while (!*a->stop) {
+    while (!__atomic_load_n(a->stop, __ATOMIC_RELAXED)) {
         unsigned r = (unsigned)rand_r(&a->seed);
         uint64_t idx = (unsigned)rand_r(&a->seed) % CC_KEYS;
         uint8_t k[STORE_KEY_LEN];
@@ -742,7 +765,9 @@ START_TEST(test_concurrency)
     fixture f;
     pthread_t t[CC_THREADS];
     cc_arg a[CC_THREADS];
-    volatile int stop = 0;
+    int stop = 0;
+    const char *secs = getenv("CHECK_STORE_SECONDS");
+    long ms = secs ? (long)(atof(secs) * 1000) : 1500;
     struct timespec t0, now;
     long ops = 0, hits = 0;
     int64_t maxdu = 0;
@@ -762,8 +787,8 @@ START_TEST(test_concurrency)
             maxdu = du;
         usleep(2000);
         clock_gettime(CLOCK_MONOTONIC, &now);
-    } while ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 < 1500);
-    stop = 1;
+    } while ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < CC_THREADS; i++) {
         pthread_join(t[i], NULL);
         ck_assert_int_eq(a[i].bad, 0);
@@ -786,6 +811,64 @@ START_TEST(test_concurrency)
     }
     ck_assert_uint_eq(stats(&f).checksum_errors, 0);
     assert_within(&f);
+    fx_done(&f);
+}
+END_TEST
+
+/* At the smallest capacity store_open accepts (the reserve plus one chunk),
+ * concurrent puts of full chunks wait for each other instead of failing. */
+typedef struct tiny_arg {
+    fixture *f;
+    int id, fails;
+} tiny_arg;
+
+static void *tiny_worker(void *p)
+{
+    tiny_arg *a = p;
+    uint8_t *buf = aligned_alloc(STORE_ALIGN, MIB);
+
+    ck_assert(buf != NULL);
+    for (uint64_t i = 0; i < 25; i++) {
+        uint8_t k[STORE_KEY_LEN];
+
+        mkkey(k, 16, (uint64_t)a->id << 32 | i);
+        pat_fill(buf, 16, (uint64_t)a->id << 32 | i, MIB);
+        if (store_put(a->f->s, k, buf, MIB) != 0)
+            a->fails++;
+    }
+    free(buf);
+    return NULL;
+}
+
+START_TEST(test_minimum_capacity)
+{
+    fixture f;
+    char err[256] = "";
+    const char *at;
+    unsigned long long min = 0;
+    pthread_t t[4];
+    tiny_arg a[4];
+
+    fx_init(&f, 48 * MIB, 16 * KIB, MIB);
+    store_close(&f.s);
+    f.cfg.capacity = MIB;
+    ck_assert_int_eq(store_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_nonnull(at = strstr(err, "at least "));
+    ck_assert_int_eq(sscanf(at, "at least %llu", &min), 1);
+    f.cfg.capacity = min - 1;
+    ck_assert_int_eq(store_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
+    f.cfg.capacity = min;
+    fx_open(&f);
+    for (int i = 0; i < 4; i++) {
+        a[i] = (tiny_arg){ .f = &f, .id = i };
+        ck_assert_int_eq(pthread_create(&t[i], NULL, tiny_worker, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(a[i].fails, 0);
+    }
+    assert_within(&f);
+    ck_assert_uint_eq(stats(&f).chunks, 1);
     fx_done(&f);
 }
 END_TEST
@@ -863,6 +946,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_open_repairs);
     tcase_add_test(tc, test_drop_prefix);
     tcase_add_test(tc, test_concurrency);
+    tcase_add_test(tc, test_minimum_capacity);
     tcase_add_test(tc, test_throughput);
     suite_add_tcase(s, tc);
     return s;
