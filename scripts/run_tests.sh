@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run every test: the Check suites (unit and integration) built normally and
-# under ASan+UBSan, the CLI tests, and the integration suite under valgrind
-# when VALGRIND=1.  Prints one line per suite and a closing
+# under ASan+UBSan, the CLI tests, and the integration suite with the daemon
+# under valgrind (skip that with VALGRIND=0).  Prints one line per suite and a closing
 # "N passed, N failed" line; exits non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -46,7 +46,7 @@ for t in tests/test_*.sh; do
     [ -f "$t" ] || continue
     run "$(basename "$t" .sh)" sh "$t"
 done
-if [ "${VALGRIND:-0}" = 1 ]; then
+if [ "${VALGRIND:-1}" = 1 ]; then
     GRANARYD=scripts/valgrind_granaryd.sh run "check_daemon (valgrind)" build/tests/check_daemon
 fi
 
