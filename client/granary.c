@@ -24,7 +24,7 @@
 #include "granary.h"
 #include "proto.h"
 
-#define GR_WINDOW 32                    /* READ pieces in flight */
+#define GR_WINDOW 128                   /* READ pieces in flight: 16 MiB */
 #define GR_DEFAULT_SOCKET "/run/granary/granary.sock"
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
 

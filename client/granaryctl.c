@@ -15,7 +15,7 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 #define EXIT_CONNECT 3
-#define CAT_BUF (8u << 20)
+#define CAT_BUF (16u << 20)
 
 static const char *socket_path;
 

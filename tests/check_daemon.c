@@ -201,6 +201,35 @@ START_TEST(test_warm_restart)
 }
 END_TEST
 
+/* Flip bytes in every NVMe data file: the checksums catch it, the chunks
+ * are dropped and refetched from the source, and the client never sees a
+ * wrong byte. */
+START_TEST(test_corrupt_nvme_refetched)
+{
+    gr_client *c;
+    char cmd[2048];
+
+    start(NULL);
+    tu_write_pattern(src_path("c"), 21, 8 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("c"), 21, 8 * CHUNK, 1 << 20);
+    gr_disconnect(c);
+    wait_writeback();
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    snprintf(cmd, sizeof(cmd),
+             "for f in %s/data-*.dat; do printf 'garbage!' | dd of=$f bs=1 seek=1000 conv=notrunc "
+             "status=none; done", d.nvme);
+    ck_assert_int_eq(system(cmd), 0);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("c"), 21, 8 * CHUNK, 1 << 20);
+    gr_disconnect(c);
+    ck_assert_uint_ge(tu_stat(&d, "nvme_checksum_errors"), 1);
+    ck_assert_uint_ge(tu_stat(&d, "source_reads"), 1);
+}
+END_TEST
+
 START_TEST(test_rewritten_file)
 {
     gr_client *c;
@@ -518,6 +547,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_reads_exact);
     tcase_add_test(tc, test_second_read_cached);
     tcase_add_test(tc, test_warm_restart);
+    tcase_add_test(tc, test_corrupt_nvme_refetched);
     tcase_add_test(tc, test_rewritten_file);
     tcase_add_test(tc, test_changed_while_open);
     tcase_add_test(tc, test_refused_paths);
