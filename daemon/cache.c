@@ -1,17 +1,22 @@
 /*
  * cache.c - chunks and the DRAM tier (see cache.h).  A chained hash table
  * keyed by the chunk key plus an intrusive LRU list; the table doubles when
- * it holds as many chunks as buckets.
+ * it holds as many chunks as buckets.  Room is made when a chunk is
+ * allocated, not when it is put: the arena is the limit.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "cache.h"
 
+#define SEGMENT_MAX (64ull << 20)
+
 struct dram {
-    uint64_t capacity, used, evictions;
+    arena *ar;
+    uint64_t used, evictions, heap_fallbacks;
     size_t count;
     chunk **buckets;
     size_t nbuckets;            /* power of two */
@@ -58,7 +63,10 @@ void chunk_unref(chunk **cp)
         return;
     *cp = NULL;
     if (--c->refs == 0) {
-        free(c->data);
+        if (c->ar)
+            arena_release(c->ar, &c->blk);
+        else
+            free(c->data);
         free(c);
     }
 }
@@ -68,21 +76,46 @@ static size_t bucket_of(const dram *d, const uint8_t *key)
     return (size_t)XXH3_64bits(key, CHUNK_KEY_LEN) & (d->nbuckets - 1);
 }
 
-int dram_new(uint64_t capacity, dram **out)
+int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_t errlen)
 {
     dram *d = calloc(1, sizeof(*d));
+    uint64_t seg = SEGMENT_MAX;
+    int rc;
 
     if (!d)
         return -ENOMEM;
-    d->capacity = capacity;
+    while (seg < max_chunk)
+        seg *= 2;
+    /* Segments as large as 64 MiB, smaller for a small tier, never smaller
+     * than the largest chunk; the arena gets whole segments only, so the
+     * capacity is never exceeded. */
+    while (seg > capacity && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
+        seg /= 2;
+    if (capacity < seg) {
+        snprintf(err, errlen, "[dram] capacity %llu is smaller than one chunk (%llu)",
+                 (unsigned long long)capacity, (unsigned long long)seg);
+        free(d);
+        return -EINVAL;
+    }
+    rc = arena_new(capacity - capacity % seg, seg, &d->ar, err, errlen);
+    if (rc < 0) {
+        free(d);
+        return rc;
+    }
     d->nbuckets = 1024;
     d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
     if (!d->buckets) {
+        arena_free(&d->ar);
         free(d);
         return -ENOMEM;
     }
     *out = d;
     return 0;
+}
+
+arena *dram_arena(dram *d)
+{
+    return d->ar;
 }
 
 static void lru_unlink(dram *d, chunk *c)
@@ -133,6 +166,7 @@ void dram_free(dram **dp)
         return;
     while (d->head)
         dram_remove(d, d->head);
+    arena_free(&d->ar);
     free(d->buckets);
     free(d);
     *dp = NULL;
@@ -179,21 +213,47 @@ static void dram_grow(dram *d)
     d->nbuckets = nb;
 }
 
+chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
+{
+    arena_block blk;
+    chunk *c;
+
+    if (len == 0)
+        len = 1;
+    /* Evict until a block frees up.  A victim still leased or being sent
+     * frees nothing yet, and buddies may need several victims to merge, so
+     * this can take more than one. */
+    while (arena_alloc(d->ar, len, &blk) == -ENOMEM) {
+        if (!d->tail) {
+            d->heap_fallbacks++;
+            return chunk_new(key, len);
+        }
+        dram_remove(d, d->tail);
+        d->evictions++;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        arena_release(d->ar, &blk);
+        return NULL;
+    }
+    memcpy(c->key, key, CHUNK_KEY_LEN);
+    c->refs = 1;
+    c->ar = d->ar;
+    c->blk = blk;
+    c->data = blk.ptr;
+    c->cap = (uint32_t)blk.size;
+    return c;
+}
+
 void dram_put(dram *d, chunk *c)
 {
     chunk *old = dram_find(d, c->key);
     size_t k;
 
-    if (old == c)
+    if (old == c || !c->ar)
         return;
     if (old)
         dram_remove(d, old);
-    if (c->cap > d->capacity)
-        return;
-    while (d->used + c->cap > d->capacity && d->tail) {
-        dram_remove(d, d->tail);
-        d->evictions++;
-    }
     if (d->count >= d->nbuckets)
         dram_grow(d);
     k = bucket_of(d, c->key);
@@ -219,8 +279,13 @@ void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
 
 void dram_get_stats(const dram *d, dram_stats *out)
 {
-    out->capacity_bytes = d->capacity;
-    out->used_bytes = d->used;
+    arena_stats as;
+
+    arena_get_stats(d->ar, &as);
+    out->capacity_bytes = as.capacity_bytes;
+    out->used_bytes = as.used_bytes;
+    out->cached_bytes = d->used;
     out->chunks = d->count;
     out->evictions = d->evictions;
+    out->heap_fallbacks = d->heap_fallbacks;
 }

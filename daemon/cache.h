@@ -2,11 +2,19 @@
  * cache.h - chunks in memory and the DRAM tier that keeps them.
  *
  * A chunk is one aligned piece of a source file, refcounted: the DRAM tier
- * holds a reference while the chunk is cached, every request that serves
- * from it and every job that writes it to NVMe hold their own.  Eviction
- * drops only the tier's reference, so bytes being sent stay valid until the
- * send finishes.  The tier evicts least-recently-used chunks to stay within
- * its byte capacity, counted over the chunks it holds.
+ * holds a reference while the chunk is cached; every request that serves
+ * from it, every lease a client holds on it and every job that writes it to
+ * NVMe hold their own.  Eviction drops only the tier's reference, so bytes
+ * being sent or leased stay valid (and their memory unreused) until the last
+ * reference goes.
+ *
+ * The tier's memory is the shared arena (arena.h): a chunk's bytes live in
+ * an arena block that clients map read-only, so a hit is handed over as
+ * (segment, offset, length) without a copy.  When no block can be had, even
+ * after evicting (everything is leased or in flight), a chunk falls back to
+ * the heap: it serves its request by copy and never enters the tier.  The
+ * tier's capacity is the arena's size, a hard limit that counts leased and
+ * in-flight blocks too.
  *
  * Threads: everything here runs on the loop thread.  An I/O thread may read
  * or fill a chunk's bytes while a job it runs holds a reference, but never
@@ -18,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
+
 #define CHUNK_KEY_LEN 24    /* file id (16) + big-endian chunk index (8) */
 
 typedef struct chunk chunk;
@@ -27,6 +37,8 @@ struct chunk {
     uint32_t len;           /* valid bytes */
     uint32_t cap;           /* bytes allocated at data, a multiple of 4096 */
     uint8_t *data;          /* 4096-aligned, so O_DIRECT can use it */
+    arena *ar;              /* the arena of blk, NULL for a heap chunk */
+    arena_block blk;        /* where data lives when ar is set */
     chunk *hnext;           /* tier hash chain */
     chunk *prev, *next;     /* tier LRU list, most recent at the head */
     int in_tier;
@@ -35,8 +47,8 @@ struct chunk {
 /* Build a key from a file id and a chunk index. */
 void chunk_key(uint8_t key[CHUNK_KEY_LEN], const uint8_t id[16], uint64_t idx);
 
-/* A new chunk with room for cap bytes (rounded up to 4096) and refs = 1.
- * NULL on out-of-memory. */
+/* A new heap chunk with room for cap bytes (rounded up to 4096) and
+ * refs = 1.  NULL on out-of-memory. */
 chunk *chunk_new(const uint8_t key[CHUNK_KEY_LEN], size_t cap);
 chunk *chunk_ref(chunk *c);
 /* Drop a reference, free at zero, set *c NULL.  NULL-safe. */
@@ -45,23 +57,38 @@ void chunk_unref(chunk **c);
 typedef struct dram dram;
 
 typedef struct dram_stats {
-    uint64_t capacity_bytes;
-    uint64_t used_bytes;        /* bytes of the chunks held */
+    uint64_t capacity_bytes;    /* the arena's size */
+    uint64_t used_bytes;        /* arena bytes allocated: cached, leased or in flight */
+    uint64_t cached_bytes;      /* bytes of the blocks of the chunks the tier holds */
     uint64_t chunks;
     uint64_t evictions;
+    uint64_t heap_fallbacks;    /* chunks that got no arena block */
 } dram_stats;
 
-/* 0 or -ENOMEM. */
-int dram_new(uint64_t capacity, dram **out);
-/* Drop every chunk's tier reference, free, set *d NULL.  NULL-safe. */
+/*
+ * The tier over an arena of capacity bytes (rounded down to whole
+ * segments) in segments of up to 64 MiB, each at least max_chunk.  0 or
+ * -errno with a reason in err.
+ */
+int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_t errlen);
+/* Drop every chunk's tier reference and free the arena; every other chunk
+ * reference must be gone.  Sets *d NULL.  NULL-safe. */
 void dram_free(dram **d);
+
+/* A new chunk (refs = 1) for len bytes: in an arena block if one can be had,
+ * evicting least-recently-used chunks to make room, else on the heap.  NULL
+ * only on out-of-memory. */
+chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len);
+
+/* The arena, for handing segments to clients. */
+arena *dram_arena(dram *d);
 
 /* The chunk for key with a new reference (most recently used now), or NULL. */
 chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Keep c (the tier takes its own reference), replacing any chunk with the
- * same key, evicting least-recently-used chunks to fit.  A chunk larger than
- * the whole capacity is not kept. */
+ * same key.  Only arena chunks are kept (the arena's size bounds the tier);
+ * a heap chunk is ignored. */
 void dram_put(dram *d, chunk *c);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix. */

@@ -92,6 +92,8 @@ static const config_key config_keys[] = {
       "1G", "memory for cached chunks (at least one chunk)" },
     { "dram", "policy", KT_CHOICE, 0, FIELD(dram_policy), 0, 0, dram_policies,
       "lru", "eviction policy of the DRAM tier" },
+    { "dram", "max_leased_per_client", KT_SIZE, 0, FIELD(dram_max_leased), 0, UINT64_MAX, NULL,
+      "256M", "shared-memory bytes one client may hold leased; past it, bytes are copied" },
     { "nvme", "path", KT_PATH, KF_EMPTY_OK, FIELD(nvme_path), 0, 0, NULL,
       "/var/cache/granary", "directory of the NVMe tier; empty disables the tier" },
     { "nvme", "capacity", KT_SIZE, 0, FIELD(nvme_capacity), 0, UINT64_MAX, NULL,

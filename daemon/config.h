@@ -38,6 +38,7 @@ typedef struct gr_config {
     /* [dram] */
     uint64_t dram_capacity;    /* bytes */
     char dram_policy[16];      /* lru (more with the DRAM tier issue) */
+    uint64_t dram_max_leased;  /* arena bytes one client may hold leased */
     /* [nvme] */
     char nvme_path[PATH_MAX];  /* directory of the NVMe tier; "" disables the tier */
     uint64_t nvme_capacity;    /* bytes, hard limit on disk */

@@ -243,8 +243,8 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg)
         return;
     }
     p = calloc(1, sizeof(*p));
-    if (p)    /* sized to the chunk: a 100 KB file takes 100 KB, not a whole chunk */
-        p->c = chunk_new(key, srcfile_chunk_len(f, idx));
+    if (p)    /* sized to the chunk: a 100 KB file takes 128 KB, not a whole chunk */
+        p->c = dram_chunk_new(fx->dram, key, srcfile_chunk_len(f, idx));
     if (!p || !p->c) {
         free(p);
         free(wt);

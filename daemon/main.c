@@ -141,8 +141,10 @@ int main(int argc, char **argv)
     } else {
         log_info("nvme tier disabled ([nvme] path is empty)");
     }
-    if (dram_new(cfg.dram_capacity, &d) < 0)
+    if (dram_new(cfg.dram_capacity, cfg.chunk_size, &d, err, sizeof(err)) < 0) {
+        log_error("dram tier: %s", err);
         goto fail;
+    }
     if (evthread_use_pthreads() < 0 || !(base = event_base_new())) {
         log_error("libevent initialisation failed");
         goto fail;

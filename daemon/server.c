@@ -28,7 +28,8 @@
 #define CONN_MAX_INFLIGHT  256           /* requests in flight per connection */
 #define CONN_MAX_OUTQ      (16u << 20)   /* queued reply bytes before we stop reading */
 #define CONN_READ_BATCH    64            /* messages taken per wake-up, for fairness */
-#define READ_MAX_CHUNKS    8             /* PROTO_MAX_DATA / 64K chunk_size minimum, + 1 */
+#define READ_MAX_CHUNKS    PROTO_MAX_EXTENTS /* chunks one READ/READX may touch */
+#define CONN_MAX_LEASES    65536         /* leases per connection, whatever their bytes */
 #define SNDBUF_WANT        (4 << 20)
 
 typedef struct outmsg outmsg;
@@ -39,6 +40,8 @@ struct outmsg {
     struct iovec iov[1 + READ_MAX_CHUNKS];
     chunk *refs[READ_MAX_CHUNKS];
     int nrefs;
+    int nfds;                   /* arena segment fds to pass (SCM_RIGHTS), borrowed */
+    int fds[PROTO_MAX_EXTENTS];
     uint8_t buf[];              /* header, and a small body if any */
 };
 
@@ -58,6 +61,11 @@ struct conn {
     srcfile **handles;          /* handle h is handles[h - 1] */
     uint32_t nhandles;          /* slots allocated */
     unsigned inflight;
+    chunk **leases;             /* lease L is leases[L - 1]; NULL when free */
+    uint32_t *free_leases;      /* stack of free lease ids */
+    uint32_t nleases, nfree;    /* slots allocated; ids on the stack */
+    uint64_t leased_bytes;      /* arena bytes of the chunks leased */
+    uint8_t *segs_sent;         /* bitmap of arena segments whose fd was sent */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
     conn *prev, *next;
@@ -85,6 +93,7 @@ typedef struct readslot {
 /* A READ in flight. */
 struct readreq {
     conn *c;
+    uint8_t op;                 /* PROTO_OP_READ or PROTO_OP_READX */
     uint32_t req_id;
     srcfile *f;
     uint64_t off;
@@ -126,6 +135,9 @@ static void conn_unref(conn **cp)
     if (--c->refs)
         return;
     free(c->handles);
+    free(c->leases);
+    free(c->free_leases);
+    free(c->segs_sent);
     free(c);
 }
 
@@ -161,7 +173,23 @@ static int conn_flush(conn *c)
     while (c->outq) {
         outmsg *m = c->outq;
         struct msghdr mh = { .msg_iov = m->iov, .msg_iovlen = (size_t)m->niov };
-        ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * PROTO_MAX_EXTENTS)];
+            struct cmsghdr align;
+        } ctl;
+        ssize_t n;
+
+        if (m->nfds) {
+            struct cmsghdr *cm;
+            mh.msg_control = ctl.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)m->nfds);
+            cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)m->nfds);
+            memcpy(CMSG_DATA(cm), m->fds, sizeof(int) * (size_t)m->nfds);
+        }
+        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -257,6 +285,86 @@ static int64_t conn_add_handle(conn *c, srcfile *f)
 static srcfile *conn_handle(conn *c, uint32_t h)
 {
     return h >= 1 && h <= c->nhandles ? c->handles[h - 1] : NULL;
+}
+
+/* Lease ch to the client: the chunk (and its arena block) stays put until
+ * the client releases it or disconnects.  Returns the lease id, or -1 when
+ * the client is at its lease limits (it gets a copy instead). */
+static int64_t conn_add_lease(conn *c, chunk *ch)
+{
+    gr_stats *st = c->srv->d.stats;
+    uint32_t id;
+
+    if (c->leased_bytes + ch->cap > c->srv->d.cfg->dram_max_leased)
+        return -1;
+    if (c->nfree == 0) {
+        uint32_t n = c->nleases ? c->nleases * 2 : 64;
+        chunk **nl;
+        uint32_t *nf;
+        if (c->nleases >= CONN_MAX_LEASES)
+            return -1;
+        nl = realloc(c->leases, n * sizeof(*nl));
+        if (!nl)
+            return -1;
+        c->leases = nl;
+        nf = realloc(c->free_leases, n * sizeof(*nf));
+        if (!nf)
+            return -1;
+        c->free_leases = nf;
+        for (uint32_t i = n; i > c->nleases; i--) {
+            c->leases[i - 1] = NULL;
+            c->free_leases[c->nfree++] = i;     /* lowest ids on top */
+        }
+        c->nleases = n;
+    }
+    id = c->free_leases[--c->nfree];
+    c->leases[id - 1] = chunk_ref(ch);
+    c->leased_bytes += ch->cap;
+    st->leases_active++;
+    st->leased_bytes += ch->cap;
+    st->leases_granted++;
+    return id;
+}
+
+/* Give lease id back.  0, or -1 if the client did not hold it. */
+static int conn_release_lease(conn *c, uint32_t id)
+{
+    gr_stats *st = c->srv->d.stats;
+    chunk *ch;
+
+    if (id == 0 || id > c->nleases || !c->leases[id - 1])
+        return -1;
+    ch = c->leases[id - 1];
+    c->leases[id - 1] = NULL;
+    c->free_leases[c->nfree++] = id;
+    c->leased_bytes -= ch->cap;
+    st->leases_active--;
+    st->leased_bytes -= ch->cap;
+    chunk_unref(&ch);
+    return 0;
+}
+
+static void handle_release(conn *c, const proto_msg *m)
+{
+    for (uint32_t i = 0; i < m->u.release.count; i++)
+        if (conn_release_lease(c, proto_release_at(m, i)) < 0)
+            c->srv->d.stats->lease_errors++;
+    if (!c->dead)
+        conn_update_events(c);
+}
+
+/* Whether this client has been sent segment seg's fd; marks it sent. */
+static int conn_seg_first(conn *c, uint32_t seg)
+{
+    if (!c->segs_sent) {
+        c->segs_sent = calloc((arena_segments(dram_arena(c->srv->d.dram)) + 7) / 8, 1);
+        if (!c->segs_sent)
+            return -1;
+    }
+    if (c->segs_sent[seg / 8] & (1u << (seg % 8)))
+        return 0;
+    c->segs_sent[seg / 8] |= (uint8_t)(1u << (seg % 8));
+    return 1;
 }
 
 static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
@@ -381,50 +489,119 @@ static void handle_close(conn *c, const proto_msg *m)
     conn_send(c, o);
 }
 
+/* READ: the bytes, inline.  The message's iovec points into the chunks
+ * and keeps them alive until sent. */
+static void read_reply(conn *c, readreq *r)
+{
+    uint64_t pos = r->off, end = r->off + r->len, cs = r->f->chunk_size;
+    outmsg *m = outmsg_new(0);
+    uint32_t body;
+
+    if (!m) {
+        reply_error(c, PROTO_OP_READ, r->req_id, -ENOMEM, NULL);
+        return;
+    }
+    for (unsigned i = 0; i < r->n; i++) {
+        chunk *ch = r->chunks[i];
+        uint64_t cstart = (r->first + i) * cs;
+        uint64_t from = pos - cstart;
+        uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
+        m->iov[m->niov].iov_base = ch->data + from;
+        m->iov[m->niov].iov_len = (size_t)(to - from);
+        m->niov++;
+        m->refs[m->nrefs++] = chunk_ref(ch);
+        pos = cstart + to;
+    }
+    /* Every chunk holds its full length (fetch guarantees it), so the
+     * slices add up to r->len; the header states what is really sent. */
+    body = (uint32_t)(pos - r->off);
+    m->len = PROTO_HDR_LEN + body;
+    proto_encode_hdr(m->buf, PROTO_OP_READ, PROTO_F_REPLY, r->req_id, 0, body);
+    c->srv->d.stats->bytes_served += body;
+    conn_send(c, m);
+}
+
+/*
+ * READX: arena chunks go out as extents under a lease (no copy at all);
+ * the first chunk that cannot (a heap chunk, or the client at its lease
+ * limit) goes inline, up to PROTO_MAX_DATA, and ends the reply.  The reply
+ * may so cover less than asked: the client asks again for the rest.
+ */
+static void readx_reply(conn *c, readreq *r)
+{
+    arena *ar = dram_arena(c->srv->d.dram);
+    uint64_t pos = r->off, end = r->off + r->len, cs = r->f->chunk_size;
+    proto_extent ext[PROTO_MAX_EXTENTS];
+    size_t fixed = PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN;
+    outmsg *m = outmsg_new(fixed);
+    uint32_t n = 0, inl = 0;
+    ssize_t hlen;
+    unsigned i;
+
+    if (!m) {
+        reply_error(c, PROTO_OP_READX, r->req_id, -ENOMEM, NULL);
+        return;
+    }
+    for (i = 0; i < r->n; i++) {
+        chunk *ch = r->chunks[i];
+        uint64_t cstart = (r->first + i) * cs;
+        uint64_t from = pos - cstart;
+        uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
+        int64_t lease;
+        int first;
+
+        if (!ch->ar || (lease = conn_add_lease(c, ch)) < 0)
+            break;
+        first = conn_seg_first(c, ch->blk.seg);
+        if (first < 0) {
+            conn_release_lease(c, (uint32_t)lease);
+            break;
+        }
+        if (first)
+            m->fds[m->nfds++] = arena_segment_fd(ar, ch->blk.seg);
+        ext[n].seg = ch->blk.seg;
+        ext[n].lease = (uint32_t)lease;
+        ext[n].off = ch->blk.off + from;
+        ext[n].len = (uint32_t)(to - from);
+        n++;
+        pos = cstart + to;
+    }
+    if (i < r->n) {
+        chunk *ch = r->chunks[i];
+        uint64_t cstart = (r->first + i) * cs;
+        uint64_t from = pos - cstart;
+        uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
+        if (to - from > PROTO_MAX_DATA)
+            to = from + PROTO_MAX_DATA;
+        inl = (uint32_t)(to - from);
+        m->iov[1].iov_base = ch->data + from;
+        m->iov[1].iov_len = inl;
+        m->niov = 2;
+        m->refs[m->nrefs++] = chunk_ref(ch);
+        pos += inl;
+    }
+    hlen = proto_enc_readx_reply(m->buf, PROTO_HDR_LEN + fixed, r->req_id, ext, n, inl);
+    m->iov[0].iov_len = (size_t)hlen;
+    m->len = (size_t)hlen + inl;
+    c->srv->d.stats->bytes_served += pos - r->off;
+    c->srv->d.stats->extents_served += pos - r->off - inl;
+    conn_send(c, m);
+}
+
 /* All chunks of r are in (or one failed): answer and free r. */
 static void read_finish(readreq *r)
 {
     conn *c = r->c;
-    uint32_t body;
-    outmsg *m;
 
     c->inflight--;
     if (c->dead)
-        goto out;
-    if (r->err < 0) {
-        reply_error(c, PROTO_OP_READ, r->req_id, r->err, r->errmsg);
-        goto out;
-    }
-    m = outmsg_new(0);
-    if (!m) {
-        reply_error(c, PROTO_OP_READ, r->req_id, -ENOMEM, NULL);
-        goto out;
-    }
-    /* One iovec per chunk slice; the message keeps the chunks alive. */
-    {
-        uint64_t pos = r->off, end = r->off + r->len;
-        uint64_t cs = r->f->chunk_size;
-        for (unsigned i = 0; i < r->n; i++) {
-            chunk *ch = r->chunks[i];
-            uint64_t cstart = (r->first + i) * cs;
-            uint64_t from = pos - cstart;
-            uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
-            m->iov[m->niov].iov_base = ch->data + from;
-            m->iov[m->niov].iov_len = (size_t)(to - from);
-            m->niov++;
-            m->refs[m->nrefs++] = r->chunks[i];
-            r->chunks[i] = NULL;
-            pos = cstart + to;
-        }
-        /* Every chunk holds its full length (fetch guarantees it), so the
-         * slices add up to r->len; the header states what is really sent. */
-        body = (uint32_t)(pos - r->off);
-        m->len = PROTO_HDR_LEN + body;
-        proto_encode_hdr(m->buf, PROTO_OP_READ, PROTO_F_REPLY, r->req_id, 0, body);
-    }
-    c->srv->d.stats->bytes_served += body;
-    conn_send(c, m);
-out:
+        ;
+    else if (r->err < 0)
+        reply_error(c, r->op, r->req_id, r->err, r->errmsg);
+    else if (r->op == PROTO_OP_READX)
+        readx_reply(c, r);
+    else
+        read_reply(c, r);
     for (unsigned i = 0; i < r->n; i++)
         chunk_unref(&r->chunks[i]);
     if (!c->dead)
@@ -455,37 +632,45 @@ static void read_chunk_cb(void *arg, chunk *ch, int err, const char *errmsg)
 
 static void handle_read(conn *c, const proto_msg *m)
 {
+    uint8_t op = m->h.op;
     srcfile *f = conn_handle(c, m->u.read.handle);
     uint64_t size, off = m->u.read.off, len = m->u.read.len, cs;
     readreq *r;
     unsigned n;
 
     if (!f) {
-        reply_error(c, PROTO_OP_READ, m->h.req_id, -EBADF, "no such handle");
+        reply_error(c, op, m->h.req_id, -EBADF, "no such handle");
         return;
     }
     size = (uint64_t)f->st.st_size;
     cs = f->chunk_size;
     if (off >= size || len == 0) {
-        outmsg *o = outmsg_new(0);
+        outmsg *o = outmsg_new(PROTO_READX_PREFIX);
         if (o) {
-            proto_encode_hdr(o->buf, PROTO_OP_READ, PROTO_F_REPLY, m->h.req_id, 0, 0);
+            ssize_t hl = op == PROTO_OP_READX
+                             ? proto_enc_readx_reply(o->buf, o->len, m->h.req_id, NULL, 0, 0)
+                             : proto_enc_ok(o->buf, o->len, PROTO_OP_READ, m->h.req_id);
+            o->len = (size_t)hl;
+            o->iov[0].iov_len = o->len;
             conn_send(c, o);
         }
         return;
     }
     if (len > size - off)
         len = size - off;
+    /* A READX may ask for many chunks; it gets the first READ_MAX_CHUNKS and
+     * asks again.  (A READ is at most PROTO_MAX_DATA, a few chunks.) */
     n = (unsigned)((off + len - 1) / cs - off / cs + 1);
     if (n > READ_MAX_CHUNKS) {
-        reply_error(c, PROTO_OP_READ, m->h.req_id, -EINVAL, "read spans too many chunks");
-        return;
+        n = READ_MAX_CHUNKS;
+        len = (off / cs + n) * cs - off;
     }
     r = calloc(1, sizeof(*r));
     if (!r) {
-        reply_error(c, PROTO_OP_READ, m->h.req_id, -ENOMEM, NULL);
+        reply_error(c, op, m->h.req_id, -ENOMEM, NULL);
         return;
     }
+    r->op = op;
     r->c = conn_ref(c);
     r->req_id = m->h.req_id;
     r->f = srcfile_ref(f);
@@ -590,7 +775,11 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         handle_close(c, &m);
         break;
     case PROTO_OP_READ:
+    case PROTO_OP_READX:
         handle_read(c, &m);
+        break;
+    case PROTO_OP_RELEASE:
+        handle_release(c, &m);
         break;
     case PROTO_OP_STATS:
         handle_stats(c, &m);
@@ -665,6 +854,8 @@ static void conn_close(conn *c)
     c->outq_bytes = 0;
     for (uint32_t h = 0; h < c->nhandles; h++)
         srcfile_unref(&c->handles[h]);
+    for (uint32_t l = 1; l <= c->nleases; l++)
+        conn_release_lease(c, l);     /* a client that goes away releases everything */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -856,6 +1047,8 @@ void server_snapshot(server *s, gr_stats *out)
     *out = *s->d.stats;
     dram_get_stats(s->d.dram, &ds);
     out->dram_used_bytes = ds.used_bytes;
+    out->dram_cached_bytes = ds.cached_bytes;
+    out->dram_heap_fallbacks = ds.heap_fallbacks;
     out->dram_capacity_bytes = ds.capacity_bytes;
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;

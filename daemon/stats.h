@@ -29,12 +29,19 @@
     X(counter, nvme_writes_skipped,  "chunks not written because the write-behind queue was full") \
     X(counter, nvme_checksum_errors, "NVMe reads that failed their checksum (dropped, refetched)") \
     X(counter, evictions_dram,       "chunks evicted from the DRAM tier") \
+    X(counter, dram_heap_fallbacks,  "chunks that found no free arena block (served by copy)") \
+    X(counter, extents_served,       "bytes handed over as shared-memory extents") \
+    X(counter, leases_granted,       "leases given to clients") \
+    X(counter, lease_errors,         "releases of leases a client did not hold") \
     X(counter, evictions_nvme,       "chunks evicted from the NVMe tier") \
     X(counter, connections_total,    "client connections accepted") \
     X(counter, connections_refused,  "client connections refused (max_clients)") \
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
-    X(gauge,   dram_used_bytes,      "bytes held by the DRAM tier") \
+    X(gauge,   leases_active,        "leases held by clients") \
+    X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \
+    X(gauge,   dram_used_bytes,      "arena bytes in use: cached, leased or in flight") \
+    X(gauge,   dram_cached_bytes,    "arena bytes of the chunks the DRAM tier holds") \
     X(gauge,   dram_capacity_bytes,  "capacity of the DRAM tier") \
     X(gauge,   dram_chunks,          "chunks held by the DRAM tier") \
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \

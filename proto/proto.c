@@ -22,6 +22,8 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_CLOSE] = "close",
     [PROTO_OP_READ] = "read",
     [PROTO_OP_STATS] = "stats",
+    [PROTO_OP_READX] = "readx",
+    [PROTO_OP_RELEASE] = "release",
 };
 
 const char *proto_op_name(unsigned op)
@@ -137,6 +139,23 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         return 0;
     case PROTO_OP_STATS:
         return n == 0 ? 0 : -EPROTO;
+    case PROTO_OP_READX:
+        if (n != PROTO_READ_LEN)
+            return -EPROTO;
+        m->u.read.handle = get32(b);
+        m->u.read.len = get32(b + 4);
+        m->u.read.off = get64(b + 8);
+        if (m->u.read.len > PROTO_MAX_READX)
+            return -EMSGSIZE;
+        return 0;
+    case PROTO_OP_RELEASE:
+        if (n == 0 || n % 4)
+            return -EPROTO;
+        if (n / 4 > PROTO_MAX_RELEASE)
+            return -EMSGSIZE;
+        m->u.release.count = n / 4;
+        m->u.release.ids = b;
+        return 0;
     default:
         return -EPROTO;
     }
@@ -167,6 +186,24 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         return 0;
     case PROTO_OP_CLOSE:
         return n == 0 ? 0 : -EPROTO;
+    case PROTO_OP_READX: {
+        uint32_t ne, il;
+        if (n < PROTO_READX_PREFIX)
+            return -EPROTO;
+        ne = get16(b);
+        il = get32(b + 4);
+        if (get16(b + 2) != 0)
+            return -EPROTO;
+        if (ne > PROTO_MAX_EXTENTS || il > PROTO_MAX_DATA)
+            return -EMSGSIZE;
+        if (n != PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN + il)
+            return -EPROTO;
+        m->u.readx.nextents = ne;
+        m->u.readx.extents = b + PROTO_READX_PREFIX;
+        m->u.readx.inline_len = il;
+        m->u.readx.inline_data = b + PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN;
+        return 0;
+    }
     case PROTO_OP_READ:
         if (n > PROTO_MAX_DATA)
             return -EMSGSIZE;
@@ -350,4 +387,74 @@ int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
     *value = get64(body + *off + 1 + n);
     *off += 1 + n + 8;
     return 1;
+}
+
+ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
+{
+    uint8_t *b;
+
+    if (r->len > PROTO_MAX_READX)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_READX, 0, req_id, 0, PROTO_READ_LEN);
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, r->handle);
+    put32(b + 4, r->len);
+    put64(b + 8, r->off);
+    return PROTO_HDR_LEN + PROTO_READ_LEN;
+}
+
+ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
+                              uint32_t n, uint32_t inline_len)
+{
+    size_t fixed = PROTO_READX_PREFIX + (size_t)n * PROTO_EXTENT_LEN;
+    uint8_t *b;
+
+    if (n > PROTO_MAX_EXTENTS || inline_len > PROTO_MAX_DATA)
+        return -EMSGSIZE;
+    if (cap < PROTO_HDR_LEN + fixed)
+        return -EMSGSIZE;
+    proto_encode_hdr(buf, PROTO_OP_READX, PROTO_F_REPLY, req_id, 0, (uint32_t)(fixed + inline_len));
+    b = (uint8_t *)buf + PROTO_HDR_LEN;
+    put16(b, (uint16_t)n);
+    put16(b + 2, 0);
+    put32(b + 4, inline_len);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *e = b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN;
+        put32(e, ext[i].seg);
+        put32(e + 4, ext[i].lease);
+        put64(e + 8, ext[i].off);
+        put32(e + 16, ext[i].len);
+        put32(e + 20, 0);
+    }
+    return (ssize_t)(PROTO_HDR_LEN + fixed);
+}
+
+ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n)
+{
+    uint8_t *b;
+
+    if (n == 0 || n > PROTO_MAX_RELEASE)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_RELEASE, 0, req_id, 0, (size_t)n * 4);
+    if (!b)
+        return -EMSGSIZE;
+    for (uint32_t i = 0; i < n; i++)
+        put32(b + 4 * i, leases[i]);
+    return (ssize_t)(PROTO_HDR_LEN + (size_t)n * 4);
+}
+
+void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out)
+{
+    const uint8_t *e = m->u.readx.extents + (size_t)i * PROTO_EXTENT_LEN;
+
+    out->seg = get32(e);
+    out->lease = get32(e + 4);
+    out->off = get64(e + 8);
+    out->len = get32(e + 16);
+}
+
+uint32_t proto_release_at(const proto_msg *m, uint32_t i)
+{
+    return get32(m->u.release.ids + (size_t)i * 4);
 }

@@ -23,6 +23,9 @@
 #define PROTO_MAX_DATA  (128u * 1024)   /* most file bytes in one READ reply */
 #define PROTO_MAX_PATH  4096            /* longest path, bytes, no NUL */
 #define PROTO_MAX_ERRMSG 256            /* longest error text in a reply */
+#define PROTO_MAX_READX (64u << 20)     /* most bytes one READX may ask for */
+#define PROTO_MAX_EXTENTS 32            /* extents in one READX reply */
+#define PROTO_MAX_RELEASE 1024          /* leases in one RELEASE */
 #define PROTO_MAX_BODY  (PROTO_MAX_DATA + 1024)
 #define PROTO_MAX_MSG   (PROTO_HDR_LEN + PROTO_MAX_BODY)
 
@@ -38,6 +41,8 @@ typedef enum proto_op {
     PROTO_OP_CLOSE = 3,   /* drop a handle */
     PROTO_OP_READ  = 4,   /* bytes of an open handle */
     PROTO_OP_STATS = 5,   /* the daemon's counters */
+    PROTO_OP_READX = 6,   /* bytes of an open handle, as shared-memory extents where possible */
+    PROTO_OP_RELEASE = 7, /* give leases back; the one request without a reply */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -84,6 +89,17 @@ typedef struct proto_read {
 } proto_read;
 #define PROTO_READ_LEN 16
 
+/* One extent of a READX reply: len bytes at off in arena segment seg,
+ * held for the client under lease until it sends RELEASE. */
+typedef struct proto_extent {
+    uint32_t seg;
+    uint32_t lease;
+    uint64_t off;
+    uint32_t len;
+} proto_extent;
+#define PROTO_EXTENT_LEN 24
+#define PROTO_READX_PREFIX 8  /* u16 nextents, u16 reserved, u32 inline_len */
+
 /* A decoded message.  Pointers point into the decoded buffer and live as
  * long as it does. */
 typedef struct proto_msg {
@@ -96,7 +112,17 @@ typedef struct proto_msg {
         } open;                            /* OPEN request */
         proto_attr attr;                   /* OPEN reply */
         uint32_t handle;                   /* CLOSE request */
-        proto_read read;                   /* READ request */
+        proto_read read;                   /* READ and READX requests */
+        struct {
+            uint32_t nextents;
+            const uint8_t *extents;        /* nextents x PROTO_EXTENT_LEN, see proto_extent_at */
+            uint32_t inline_len;
+            const uint8_t *inline_data;    /* the bytes after the extents' bytes */
+        } readx;                           /* READX reply */
+        struct {
+            uint32_t count;
+            const uint8_t *ids;            /* count x u32, see proto_release_at */
+        } release;                         /* RELEASE request */
         struct {
             const uint8_t *p;
             uint32_t len;
@@ -142,6 +168,19 @@ ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr 
 ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle);
 ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r);
 ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id);
+/* READX request: like READ, but len may be up to PROTO_MAX_READX. */
+ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r);
+/*
+ * READX reply, except its inline bytes: header, prefix and n extents, with
+ * body_len counting inline_len more bytes that the caller sends right after
+ * (an iovec).  The reply covers the extents' bytes, then the inline bytes,
+ * contiguous in the file from the request's offset; it may cover less than
+ * was asked (the client asks again for the rest).
+ */
+ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
+                              uint32_t n, uint32_t inline_len);
+/* RELEASE request of n lease ids (1..PROTO_MAX_RELEASE). */
+ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n);
 /* A bodiless success reply (CLOSE). */
 ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);
 /* An error reply: status is -errno (-4095..-1, else -EINVAL); text (may be
@@ -159,6 +198,10 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
 int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value);
 int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
                      const char **name, size_t *name_len, uint64_t *value);
+
+/* Extent i of a decoded READX reply, lease i of a decoded RELEASE. */
+void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out);
+uint32_t proto_release_at(const proto_msg *m, uint32_t i);
 
 /* Name of an opcode, "?" if unknown. */
 const char *proto_op_name(unsigned op);

@@ -1,9 +1,11 @@
 /*
  * check_cache.c - unit tests of the DRAM tier and chunk references
- * (cache.c): LRU order, the byte capacity, references that outlive
- * eviction, replacement and prefix drops.
+ * (cache.c) over a real arena: LRU order, the arena as the hard capacity,
+ * references that pin their block after eviction, heap fallback,
+ * replacement and prefix drops.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,17 +20,37 @@ static void key_for(uint8_t key[CHUNK_KEY_LEN], uint8_t file, uint64_t idx)
     chunk_key(key, id, idx);
 }
 
+static dram *tier;
+
+static dram *mkdram(uint64_t capacity, uint64_t max_chunk)
+{
+    char err[256];
+    dram *d = NULL;
+
+    ck_assert_msg(dram_new(capacity, max_chunk, &d, err, sizeof(err)) == 0, "%s", err);
+    return d;
+}
+
 static chunk *mk(uint8_t file, uint64_t idx, size_t size)
 {
     uint8_t key[CHUNK_KEY_LEN];
     chunk *c;
 
     key_for(key, file, idx);
-    c = chunk_new(key, size);
+    c = dram_chunk_new(tier, key, size);
     ck_assert_ptr_nonnull(c);
     ck_assert_uint_eq((uintptr_t)c->data % 4096, 0);
     c->len = (uint32_t)size;
     return c;
+}
+
+/* Allocate and cache one chunk. */
+static void put(uint8_t file, uint64_t idx, size_t size)
+{
+    chunk *c = mk(file, idx, size);
+
+    dram_put(tier, c);
+    chunk_unref(&c);
 }
 
 static int has(dram *d, uint8_t file, uint64_t idx)
@@ -58,114 +80,115 @@ END_TEST
 
 START_TEST(test_lru_capacity)
 {
-    dram *d;
     dram_stats st;
 
-    ck_assert_int_eq(dram_new(4 * 8192, &d), 0);
-    for (uint64_t i = 0; i < 4; i++) {
-        chunk *c = mk(1, i, 8192);
-        dram_put(d, c);
-        chunk_unref(&c);
-    }
-    dram_get_stats(d, &st);
+    tier = mkdram(4 * 8192, 8192);
+    for (uint64_t i = 0; i < 4; i++)
+        put(1, i, 8192);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.capacity_bytes, 4 * 8192);
     ck_assert_uint_eq(st.used_bytes, 4 * 8192);
-    ck_assert(has(d, 1, 0));                /* 0 becomes most recent */
-    {
-        chunk *c = mk(1, 4, 8192);          /* evicts 1, the least recent */
-        dram_put(d, c);
-        chunk_unref(&c);
-    }
-    ck_assert(!has(d, 1, 1));
-    ck_assert(has(d, 1, 0) && has(d, 1, 2) && has(d, 1, 3) && has(d, 1, 4));
-    dram_get_stats(d, &st);
+    ck_assert(has(tier, 1, 0));             /* 0 becomes most recent */
+    put(1, 4, 8192);                        /* the arena is full: evicts 1, the least recent */
+    ck_assert(!has(tier, 1, 1));
+    ck_assert(has(tier, 1, 0) && has(tier, 1, 2) && has(tier, 1, 3) && has(tier, 1, 4));
+    dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.evictions, 1);
-    ck_assert_uint_le(st.used_bytes, st.capacity_bytes);
-    {
-        chunk *big = mk(2, 0, 5 * 8192);    /* larger than the tier: not kept */
-        dram_put(d, big);
-        ck_assert_int_eq(big->in_tier, 0);
-        chunk_unref(&big);
-    }
-    dram_get_stats(d, &st);
     ck_assert_uint_eq(st.chunks, 4);
-    dram_free(&d);
-    ck_assert_ptr_null(d);
+    ck_assert_uint_le(st.used_bytes, st.capacity_bytes);
+    /* Sizes round up to blocks: a 5000-byte chunk takes 8 KiB. */
+    put(2, 0, 5000);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.used_bytes, 4 * 8192);
+    dram_free(&tier);
+    ck_assert_ptr_null(tier);
 }
 END_TEST
 
 START_TEST(test_ref_outlives_eviction)
 {
-    dram *d;
-    chunk *a = mk(1, 0, 4096), *held;
+    chunk *a, *held, *b;
+    dram_stats st;
 
-    ck_assert_int_eq(dram_new(4096, &d), 0);
-    memset(a->data, 0x5A, 4096);
-    dram_put(d, a);
-    held = chunk_ref(a);                    /* a reply being sent */
+    tier = mkdram(8192, 8192);
+    a = mk(1, 0, 8192);
+    memset(a->data, 0x5A, 8192);
+    dram_put(tier, a);
+    held = chunk_ref(a);                    /* a lease, or a reply being sent */
     chunk_unref(&a);
-    {
-        chunk *b = mk(1, 1, 4096);
-        dram_put(d, b);                     /* evicts a */
-        chunk_unref(&b);
-    }
-    ck_assert(!has(d, 1, 0));
-    ck_assert_uint_eq(held->refs, 1);
-    for (int i = 0; i < 4096; i++)
+    /* The arena's only block is pinned: the tier evicts a, but the block
+     * stays a's, so the new chunk falls back to the heap. */
+    b = mk(1, 1, 8192);
+    ck_assert_ptr_null(b->ar);
+    dram_put(tier, b);                      /* heap chunks never enter the tier */
+    ck_assert(!has(tier, 1, 1));
+    ck_assert(!has(tier, 1, 0));
+    chunk_unref(&b);
+    for (int i = 0; i < 8192; i++)
         ck_assert_uint_eq(held->data[i], 0x5A);
-    chunk_unref(&held);                     /* ASan/valgrind: freed exactly once */
-    dram_free(&d);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.heap_fallbacks, 1);
+    ck_assert_uint_eq(st.used_bytes, 8192);
+    chunk_unref(&held);                     /* the block is free again */
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.used_bytes, 0);
+    b = mk(1, 2, 8192);
+    ck_assert_ptr_nonnull(b->ar);
+    chunk_unref(&b);
+    dram_free(&tier);
 }
 END_TEST
 
 START_TEST(test_replace_and_drop_prefix)
 {
-    dram *d;
     dram_stats st;
     uint8_t id[16];
 
-    ck_assert_int_eq(dram_new(1 << 20, &d), 0);
+    tier = mkdram(1 << 20, 8192);
     for (uint64_t i = 0; i < 10; i++) {
-        chunk *c = mk(1, i, 4096), *e = mk(2, i, 4096);
-        dram_put(d, c);
-        dram_put(d, e);
-        chunk_unref(&c);
-        chunk_unref(&e);
+        put(1, i, 4096);
+        put(2, i, 4096);
     }
-    {
-        chunk *c = mk(1, 3, 8192);          /* same key, new bytes */
-        dram_put(d, c);
-        chunk_unref(&c);
-    }
-    dram_get_stats(d, &st);
+    put(1, 3, 8192);                        /* same key, new bytes */
+    dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.chunks, 20);
+    ck_assert_uint_eq(st.cached_bytes, 19 * 4096 + 8192);
     ck_assert_uint_eq(st.used_bytes, 19 * 4096 + 8192);
     memset(id, 1, sizeof(id));
-    dram_drop_prefix(d, id, sizeof(id));
-    dram_get_stats(d, &st);
+    dram_drop_prefix(tier, id, sizeof(id));
+    dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.chunks, 10);
-    ck_assert(!has(d, 1, 3));
-    ck_assert(has(d, 2, 3));
-    dram_free(&d);
+    ck_assert_uint_eq(st.used_bytes, 10 * 4096);
+    ck_assert(!has(tier, 1, 3));
+    ck_assert(has(tier, 2, 3));
+    dram_free(&tier);
 }
 END_TEST
 
 START_TEST(test_many_chunks_grow)
 {
-    dram *d;
     dram_stats st;
 
-    ck_assert_int_eq(dram_new(1ull << 30, &d), 0);
-    for (uint64_t i = 0; i < 5000; i++) {
-        chunk *c = mk(3, i, 1);
-        dram_put(d, c);
-        chunk_unref(&c);
-    }
+    tier = mkdram(64ull << 20, 4 << 20);
+    for (uint64_t i = 0; i < 5000; i++)
+        put(3, i, 1);
     for (uint64_t i = 0; i < 5000; i += 97)
-        ck_assert(has(d, 3, i));
-    dram_get_stats(d, &st);
+        ck_assert(has(tier, 3, i));
+    dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.chunks, 5000);
     ck_assert_uint_eq(st.used_bytes, 5000 * 4096);  /* counted as allocated */
-    dram_free(&d);
+    dram_free(&tier);
+}
+END_TEST
+
+START_TEST(test_too_small)
+{
+    char err[256];
+    dram *d = NULL;
+
+    ck_assert_int_eq(dram_new(1 << 20, 4 << 20, &d, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "smaller than one chunk"));
+    ck_assert_ptr_null(d);
 }
 END_TEST
 
@@ -179,6 +202,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_ref_outlives_eviction);
     tcase_add_test(tc, test_replace_and_drop_prefix);
     tcase_add_test(tc, test_many_chunks_grow);
+    tcase_add_test(tc, test_too_small);
     suite_add_tcase(s, tc);
     return s;
 }

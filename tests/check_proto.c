@@ -895,7 +895,7 @@ END_TEST
 
 START_TEST(test_bad_opcode)
 {
-    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 7, 200, 255 };
+    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 9, 200, 255 };
     uint8_t b[PROTO_HDR_LEN];
     proto_msg m;
     size_t used;
@@ -1224,6 +1224,83 @@ START_TEST(test_random_bytes)
 }
 END_TEST
 
+/* READX and RELEASE: round trips, prefixes, and hostile counts. */
+START_TEST(test_readx_release)
+{
+    uint8_t b[PROTO_HDR_LEN + PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN + 64];
+    proto_extent ext[PROTO_MAX_EXTENTS], got;
+    proto_read r = { .handle = 3, .len = PROTO_MAX_READX, .off = 1ull << 40 };
+    uint32_t ids[PROTO_MAX_RELEASE + 1];
+    proto_msg m;
+    size_t used;
+    ssize_t n;
+
+    n = proto_enc_readx(b, sizeof(b), 9, &r);
+    ck_assert_int_eq(n, PROTO_HDR_LEN + PROTO_READ_LEN);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.op, PROTO_OP_READX);
+    ck_assert_uint_eq(m.u.read.len, PROTO_MAX_READX);
+    ck_assert_uint_eq(m.u.read.off, 1ull << 40);
+    r.len = PROTO_MAX_READX + 1;
+    ck_assert_int_eq(proto_enc_readx(b, sizeof(b), 9, &r), -EMSGSIZE);
+    /* A hand-made READX asking for too much is refused by the decoder. */
+    proto_encode_hdr(b, PROTO_OP_READX, 0, 9, 0, PROTO_READ_LEN);
+    memset(b + PROTO_HDR_LEN, 0xff, PROTO_READ_LEN);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + PROTO_READ_LEN, &m, &used), -EMSGSIZE);
+
+    for (uint32_t i = 0; i < PROTO_MAX_EXTENTS; i++)
+        ext[i] = (proto_extent){ i, 1000 + i, (uint64_t)i << 33, 4096 * (i + 1) };
+    n = proto_enc_readx_reply(b, sizeof(b), 11, ext, PROTO_MAX_EXTENTS, 5);
+    ck_assert_int_eq(n, PROTO_HDR_LEN + PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN);
+    memcpy(b + n, "hello", 5);
+    ck_assert_int_eq(dec(b, (size_t)n + 5, &m, &used), 0);
+    ck_assert_uint_eq(used, (size_t)n + 5);
+    ck_assert_uint_eq(m.u.readx.nextents, PROTO_MAX_EXTENTS);
+    ck_assert_uint_eq(m.u.readx.inline_len, 5);
+    ck_assert_int_eq(memcmp(m.u.readx.inline_data, "hello", 5), 0);
+    for (uint32_t i = 0; i < PROTO_MAX_EXTENTS; i++) {
+        proto_extent_at(&m, i, &got);
+        ck_assert_uint_eq(got.seg, i);
+        ck_assert_uint_eq(got.lease, 1000 + i);
+        ck_assert_uint_eq(got.off, (uint64_t)i << 33);
+        ck_assert_uint_eq(got.len, 4096 * (i + 1));
+    }
+    /* Every prefix is "need more"; a count that disagrees with the length is
+     * malformed; too many extents is refused. */
+    for (size_t k = 0; k < (size_t)n + 5; k++)
+        ck_assert_int_eq(dec(b, k, &m, &used), PROTO_NEED_MORE);
+    b[PROTO_HDR_LEN] = 3;
+    ck_assert_int_eq(dec(b, (size_t)n + 5, &m, &used), -EPROTO);
+    b[PROTO_HDR_LEN] = PROTO_MAX_EXTENTS + 1;
+    ck_assert_int_eq(dec(b, (size_t)n + 5, &m, &used), -EMSGSIZE);
+    ck_assert_int_eq(proto_enc_readx_reply(b, sizeof(b), 1, ext, PROTO_MAX_EXTENTS + 1, 0),
+                     -EMSGSIZE);
+    ck_assert_int_eq(proto_enc_readx_reply(b, sizeof(b), 1, ext, 0, PROTO_MAX_DATA + 1),
+                     -EMSGSIZE);
+    n = proto_enc_readx_reply(b, sizeof(b), 12, NULL, 0, 0);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.readx.nextents + m.u.readx.inline_len, 0);
+
+    for (uint32_t i = 0; i <= PROTO_MAX_RELEASE; i++)
+        ids[i] = i * 7;
+    {
+        static uint8_t rb[PROTO_HDR_LEN + 4 * (PROTO_MAX_RELEASE + 1)];
+        n = proto_enc_release(rb, sizeof(rb), 13, ids, PROTO_MAX_RELEASE);
+        ck_assert_int_eq(n, PROTO_HDR_LEN + 4 * PROTO_MAX_RELEASE);
+        ck_assert_int_eq(dec(rb, (size_t)n, &m, &used), 0);
+        ck_assert_uint_eq(m.u.release.count, PROTO_MAX_RELEASE);
+        ck_assert_uint_eq(proto_release_at(&m, PROTO_MAX_RELEASE - 1), (PROTO_MAX_RELEASE - 1) * 7);
+        ck_assert_int_eq(proto_enc_release(rb, sizeof(rb), 13, ids, 0), -EMSGSIZE);
+        ck_assert_int_eq(proto_enc_release(rb, sizeof(rb), 13, ids, PROTO_MAX_RELEASE + 1),
+                         -EMSGSIZE);
+        proto_encode_hdr(rb, PROTO_OP_RELEASE, 0, 1, 0, 4 * (PROTO_MAX_RELEASE + 1));
+        ck_assert_int_eq(dec(rb, sizeof(rb), &m, &used), -EMSGSIZE);
+        proto_encode_hdr(rb, PROTO_OP_RELEASE, 0, 1, 0, 6);
+        ck_assert_int_eq(dec(rb, PROTO_HDR_LEN + 6, &m, &used), -EPROTO);
+    }
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1259,6 +1336,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_encoder_caps);
     tcase_add_test(tc, test_encoder_field_limits);
     tcase_add_test(tc, test_random_bytes);
+    tcase_add_test(tc, test_readx_release);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,416 @@
+/*
+ * arena.c - the DRAM tier's shared memory (see arena.h): sealed memfd
+ * segments carved into power-of-two blocks by one buddy allocator per
+ * segment.
+ *
+ * Metadata lives outside the segments: block memory is never written by
+ * the allocator, so a page is committed only when its block's owner first
+ * writes it.  Per 4 KiB page of a segment there is
+ *   state[p]  0 for a page inside a block; at a block's first page
+ *             ST_FREE or ST_USED, or'ed with the block's order;
+ *   next[p], prev[p]
+ *             the free list links of a free block's first page (page
+ *             indexes in the segment, -1 ends a list).  Free lists are
+ *             doubly linked so a buddy leaves its list in O(1) when it
+ *             merges.
+ * A block of order k is 2^k pages, starts at a page index that is a
+ * multiple of 2^k, and its buddy starts at p ^ 2^k.
+ *
+ * The metadata arrays come from calloc and only the entries of block heads
+ * are ever non-zero, so they too are committed as the arena fragments, not
+ * up front.
+ *
+ * Finding a block: nfree[k] counts free blocks of order k in the whole
+ * arena, so a full arena answers -ENOMEM after at most one look per order;
+ * avail[k] is a bitmap of the segments whose order-k list is non-empty, so
+ * finding one costs nsegs / 64 word tests.  The lowest such segment wins,
+ * which packs live blocks into the first segments.
+ *
+ * Invariants (checked by arena_sane(), which tests can reach by building
+ * with -DARENA_SANE):
+ *   - every page belongs to exactly one block, free or used;
+ *   - a free block's buddy of the same order is never also free (they
+ *     would have merged);
+ *   - bit s of avail[k] is set iff segment s's order-k list is non-empty,
+ *     and nfree[k] is the sum of the lengths of those lists;
+ *   - used_bytes is the sum of the sizes of the used blocks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "log.h"
+
+#define ARENA_PAGE_SHIFT 12
+#define ARENA_MAX_ORDER 30          /* 2^30 pages = 4 TiB: page indexes fit int32_t */
+#define ARENA_ORDERS (ARENA_MAX_ORDER + 1)
+
+#define ST_FREE 0x80
+#define ST_USED 0x40
+#define ST_ORDER 0x3f
+
+#define ARENA_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+
+typedef struct arena_seg {
+    int fd;                     /* the sealed memfd, -1 before creation */
+    uint8_t *base;              /* the daemon's read-write mapping, or NULL */
+    uint8_t *state;             /* per page: 0, or ST_FREE/ST_USED | order at a block head */
+    int32_t *next;              /* per page: free list links, valid at free heads */
+    int32_t *prev;
+    int32_t head[ARENA_ORDERS]; /* first free block of each order, -1 if none */
+} arena_seg;
+
+struct arena {
+    uint64_t seg_size;          /* bytes per segment, a power of two */
+    uint32_t nsegs;
+    uint32_t max_order;         /* log2(seg_size / ARENA_MIN_BLOCK) */
+    uint32_t words;             /* uint64_t words in one avail bitmap */
+    arena_seg *segs;
+    uint64_t *avail;            /* ARENA_ORDERS bitmaps of `words` words each */
+    uint64_t nfree[ARENA_ORDERS];
+    uint64_t used_bytes;
+    uint64_t alloc_failures;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t *avail_map(arena *a, uint32_t order)
+{
+    return a->avail + (size_t)order * a->words;
+}
+
+/* Put the free block at page p of segment si on the order-k list. */
+static void list_push(arena *a, uint32_t si, int32_t p, uint32_t k)
+{
+    arena_seg *s = &a->segs[si];
+    int32_t h = s->head[k];
+
+    s->state[p] = (uint8_t)(ST_FREE | k);
+    s->next[p] = h;
+    s->prev[p] = -1;
+    if (h >= 0)
+        s->prev[h] = p;
+    else
+        avail_map(a, k)[si / 64] |= 1ull << (si % 64);
+    s->head[k] = p;
+    a->nfree[k]++;
+}
+
+/* Take the free block at page p of segment si off the order-k list; its
+ * state is the caller's to set. */
+static void list_remove(arena *a, uint32_t si, int32_t p, uint32_t k)
+{
+    arena_seg *s = &a->segs[si];
+    int32_t n = s->next[p], pr = s->prev[p];
+
+    if (pr >= 0)
+        s->next[pr] = n;
+    else
+        s->head[k] = n;
+    if (n >= 0)
+        s->prev[n] = pr;
+    if (s->head[k] < 0)
+        avail_map(a, k)[si / 64] &= ~(1ull << (si % 64));
+    s->state[p] = 0;
+    s->next[p] = s->prev[p] = 0;
+    a->nfree[k]--;
+}
+
+/* The lowest segment with a free block of order k; nfree[k] > 0. */
+static uint32_t seg_with(arena *a, uint32_t k)
+{
+    const uint64_t *m = avail_map(a, k);
+
+    for (uint32_t w = 0; w < a->words; w++)
+        if (m[w])
+            return w * 64 + (uint32_t)__builtin_ctzll(m[w]);
+    abort();                    /* nfree[k] and avail[k] disagree */
+}
+
+/* The order of the smallest block holding size bytes (1..seg_size). */
+static uint32_t order_for(uint64_t size)
+{
+    uint64_t pages = (size + ARENA_MIN_BLOCK - 1) >> ARENA_PAGE_SHIFT;
+
+    return pages <= 1 ? 0 : 64 - (uint32_t)__builtin_clzll(pages - 1);
+}
+
+#ifdef ARENA_SANE
+/* Walk all metadata and check the invariants in the header comment.
+ * O(pages): for tests only. */
+int arena_sane(const arena *a);
+
+int arena_sane(const arena *a)
+{
+    uint64_t pages = a->seg_size >> ARENA_PAGE_SHIFT, used = 0;
+    uint64_t nfree[ARENA_ORDERS] = {0};
+
+    for (uint32_t si = 0; si < a->nsegs; si++) {
+        const arena_seg *s = &a->segs[si];
+
+        for (uint64_t p = 0; p < pages;) {
+            uint8_t st = s->state[p];
+            uint32_t k = st & ST_ORDER;
+
+            if (!(st & (ST_FREE | ST_USED)) || k > a->max_order || (p & ((1ull << k) - 1)))
+                return 0;
+            for (uint64_t q = p + 1; q < p + (1ull << k); q++)
+                if (s->state[q])
+                    return 0;
+            if (st & ST_USED)
+                used += (uint64_t)ARENA_MIN_BLOCK << k;
+            else if (k < a->max_order && s->state[p ^ (1ull << k)] == (ST_FREE | k))
+                return 0;
+            p += 1ull << k;
+        }
+        for (uint32_t k = 0; k <= a->max_order; k++) {
+            int set = !!(a->avail[(size_t)k * a->words + si / 64] & (1ull << (si % 64)));
+            int32_t prev = -1;
+
+            if (set != (s->head[k] >= 0))
+                return 0;
+            for (int32_t p = s->head[k]; p >= 0; prev = p, p = s->next[p]) {
+                if (s->state[p] != (ST_FREE | k) || s->prev[p] != prev)
+                    return 0;
+                nfree[k]++;
+            }
+        }
+    }
+    for (uint32_t k = 0; k < ARENA_ORDERS; k++)
+        if (nfree[k] != a->nfree[k])
+            return 0;
+    return used == a->used_bytes;
+}
+#endif
+
+/* Create, size, map and seal segment si. */
+static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
+{
+    arena_seg *s = &a->segs[si];
+    void *p;
+    int rc;
+
+    s->fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (s->fd < 0) {
+        rc = -errno;
+        seterr(err, errlen, "memfd_create: %s", strerror(errno));
+        return rc;
+    }
+    if (ftruncate(s->fd, (off_t)a->seg_size) < 0) {
+        rc = -errno;
+        seterr(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->seg_size,
+               strerror(errno));
+        return rc;
+    }
+    /* Map before sealing: F_SEAL_FUTURE_WRITE refuses new writable
+     * mappings but leaves this one working. */
+    p = mmap(NULL, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        seterr(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
+        return rc;
+    }
+    s->base = p;
+    /* Fail closed: a kernel without F_SEAL_FUTURE_WRITE (before 5.1) says
+     * EINVAL, and handing out an unsealed segment is not an option. */
+    if (fcntl(s->fd, F_ADD_SEALS, ARENA_SEALS) < 0) {
+        rc = -errno;
+        seterr(err, errlen, "fcntl F_ADD_SEALS: %s", strerror(errno));
+        return rc;
+    }
+    s->state = calloc(a->seg_size >> ARENA_PAGE_SHIFT, 1);
+    s->next = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
+    s->prev = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
+    if (!s->state || !s->next || !s->prev) {
+        seterr(err, errlen, "out of memory for the arena's metadata");
+        return -ENOMEM;
+    }
+    for (uint32_t k = 0; k < ARENA_ORDERS; k++)
+        s->head[k] = -1;
+    list_push(a, si, 0, a->max_order);
+    return 0;
+}
+
+int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, size_t errlen)
+{
+    arena *a = NULL;
+    uint64_t nsegs;
+    int rc;
+
+    *out = NULL;
+    if (segment_size < ARENA_MIN_BLOCK || (segment_size & (segment_size - 1)) ||
+        segment_size > ((uint64_t)ARENA_MIN_BLOCK << ARENA_MAX_ORDER)) {
+        seterr(err, errlen, "segment size %" PRIu64 " is not a power of two between %d and "
+               "%" PRIu64, segment_size, ARENA_MIN_BLOCK,
+               (uint64_t)ARENA_MIN_BLOCK << ARENA_MAX_ORDER);
+        return -EINVAL;
+    }
+    nsegs = capacity / segment_size + (capacity % segment_size != 0);
+    if (nsegs == 0)
+        nsegs = 1;
+    if (nsegs > UINT32_MAX - 63) {
+        seterr(err, errlen, "capacity %" PRIu64 " needs too many segments of %" PRIu64 " bytes",
+               capacity, segment_size);
+        return -EINVAL;
+    }
+    a = calloc(1, sizeof(*a));
+    if (!a) {
+        seterr(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    a->seg_size = segment_size;
+    a->nsegs = (uint32_t)nsegs;
+    a->max_order = order_for(segment_size);
+    a->words = (a->nsegs + 63) / 64;
+    a->segs = calloc(a->nsegs, sizeof(*a->segs));
+    a->avail = calloc((size_t)ARENA_ORDERS * a->words, sizeof(uint64_t));
+    if (!a->segs || !a->avail) {
+        seterr(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (uint32_t si = 0; si < a->nsegs; si++)
+        a->segs[si].fd = -1;
+    for (uint32_t si = 0; si < a->nsegs; si++) {
+        rc = seg_setup(a, si, err, errlen);
+        if (rc < 0)
+            goto fail;
+    }
+    *out = a;
+    return 0;
+
+fail:
+    arena_free(&a);
+    return rc;
+}
+
+void arena_free(arena **ap)
+{
+    arena *a = ap ? *ap : NULL;
+
+    if (!a)
+        return;
+    for (uint32_t si = 0; a->segs && si < a->nsegs; si++) {
+        arena_seg *s = &a->segs[si];
+
+        if (s->base && munmap(s->base, a->seg_size) < 0)
+            log_warn("arena: munmap segment %" PRIu32 ": %s", si, strerror(errno));
+        if (s->fd >= 0)
+            close(s->fd);
+        free(s->state);
+        free(s->next);
+        free(s->prev);
+    }
+    free(a->segs);
+    free(a->avail);
+    free(a);
+    *ap = NULL;
+}
+
+int arena_alloc(arena *a, uint64_t size, arena_block *out)
+{
+    uint32_t want, k, si;
+    int32_t p;
+
+    if (size == 0 || size > a->seg_size)
+        return -EINVAL;
+    want = order_for(size);
+    for (k = want; k <= a->max_order && a->nfree[k] == 0; k++)
+        ;
+    if (k > a->max_order) {
+        a->alloc_failures++;
+        return -ENOMEM;
+    }
+    si = seg_with(a, k);
+    p = a->segs[si].head[k];
+    list_remove(a, si, p, k);
+    while (k > want) {          /* split, keeping the lower half */
+        k--;
+        list_push(a, si, p + (int32_t)(1u << k), k);
+    }
+    a->segs[si].state[p] = (uint8_t)(ST_USED | want);
+    a->used_bytes += (uint64_t)ARENA_MIN_BLOCK << want;
+    out->seg = si;
+    out->off = (uint64_t)p << ARENA_PAGE_SHIFT;
+    out->size = (uint64_t)ARENA_MIN_BLOCK << want;
+    out->ptr = a->segs[si].base + out->off;
+    return 0;
+}
+
+void arena_release(arena *a, const arena_block *b)
+{
+    uint32_t si = b->seg, k;
+    arena_seg *s;
+    int32_t p;
+
+    /* A block that is not a live block of ours (a double release, a forged
+     * or corrupted handle) would corrupt the free lists: refuse it. */
+    if (si >= a->nsegs || b->size < ARENA_MIN_BLOCK || b->size > a->seg_size ||
+        (b->size & (b->size - 1)) || b->off >= a->seg_size || (b->off & (b->size - 1))) {
+        log_error("arena: release of a bad block (seg %" PRIu32 ", off %" PRIu64 ", size %"
+                  PRIu64 ")", si, b->off, b->size);
+        return;
+    }
+    s = &a->segs[si];
+    k = order_for(b->size);
+    p = (int32_t)(b->off >> ARENA_PAGE_SHIFT);
+    if (s->state[p] != (ST_USED | k)) {
+        log_error("arena: release of a block that is not allocated (seg %" PRIu32 ", off %"
+                  PRIu64 ", size %" PRIu64 ")", si, b->off, b->size);
+        return;
+    }
+    s->state[p] = 0;
+    a->used_bytes -= b->size;
+    for (; k < a->max_order; k++) {
+        int32_t buddy = p ^ (int32_t)(1u << k);
+
+        if (s->state[buddy] != (ST_FREE | k))
+            break;
+        list_remove(a, si, buddy, k);
+        if (buddy < p)
+            p = buddy;
+    }
+    list_push(a, si, p, k);
+}
+
+int arena_segment_fd(const arena *a, uint32_t seg)
+{
+    return seg < a->nsegs ? a->segs[seg].fd : -1;
+}
+
+uint32_t arena_segments(const arena *a)
+{
+    return a->nsegs;
+}
+
+uint64_t arena_segment_size(const arena *a)
+{
+    return a->seg_size;
+}
+
+void arena_get_stats(const arena *a, arena_stats *out)
+{
+    out->capacity_bytes = (uint64_t)a->nsegs * a->seg_size;
+    out->used_bytes = a->used_bytes;
+    out->segments = a->nsegs;
+    out->alloc_failures = a->alloc_failures;
+}

@@ -1,0 +1,72 @@
+/*
+ * arena.h - the DRAM tier's shared memory: sealed memfd segments that
+ * clients map read-only, carved into blocks by a buddy allocator.
+ *
+ * The arena is `capacity` bytes in segments of `segment_size` (a power of
+ * two, at least the largest block ever asked for).  Each segment is a memfd
+ * the daemon maps read-write once, then seals with F_SEAL_SHRINK |
+ * F_SEAL_GROW | F_SEAL_FUTURE_WRITE: after that no one (a client given the
+ * fd included) can write it, resize it, or map it writable, while the
+ * daemon's own mapping keeps working.  A plain O_RDONLY reopen is not
+ * enough (facts.md): a client could reopen it O_RDWR through /proc.
+ *
+ * Blocks are powers of two from ARENA_MIN_BLOCK to segment_size, aligned to
+ * their size (so O_DIRECT reads can land in them).  Pages are committed by
+ * the kernel on first write and are never returned (a sealed memfd cannot be
+ * hole-punched), so the arena's resident size only grows, up to capacity:
+ * that is the DRAM tier's hard limit.  Metadata costs 9 bytes per 4 KiB.
+ *
+ * Threads: the loop thread only (the daemon's I/O threads write into blocks
+ * they were handed, never call these functions).
+ */
+#ifndef GR_ARENA_H
+#define GR_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARENA_MIN_BLOCK 4096
+
+typedef struct arena arena;
+
+typedef struct arena_block {
+    uint32_t seg;               /* segment index */
+    uint64_t off;               /* byte offset in the segment, aligned to size */
+    uint64_t size;              /* block size: a power of two >= the request */
+    uint8_t *ptr;               /* the daemon's writable address of the block */
+} arena_block;
+
+typedef struct arena_stats {
+    uint64_t capacity_bytes;    /* segments x segment_size */
+    uint64_t used_bytes;        /* bytes in allocated blocks */
+    uint64_t segments;
+    uint64_t alloc_failures;    /* arena_alloc calls that found no block */
+} arena_stats;
+
+/*
+ * Create the arena: capacity rounded up to whole segments, segment_size a
+ * power of two >= ARENA_MIN_BLOCK.  All segments are created, mapped and
+ * sealed now (memory is committed only as blocks are written).  0 or
+ * -errno; on failure err says why.
+ */
+int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, size_t errlen);
+
+/* Unmap and close every segment (clients' mappings stay valid: the kernel
+ * keeps the memory until their last mapping goes).  NULL-safe. */
+void arena_free(arena **a);
+
+/* A block of at least size bytes (1..segment_size).  0, or -ENOMEM when no
+ * segment has a free block that large, -EINVAL for a bad size. */
+int arena_alloc(arena *a, uint64_t size, arena_block *out);
+
+/* Return a block from arena_alloc.  Buddies merge. */
+void arena_release(arena *a, const arena_block *b);
+
+/* The fd of segment seg (owned by the arena: dup it to keep it), or -1. */
+int arena_segment_fd(const arena *a, uint32_t seg);
+
+uint32_t arena_segments(const arena *a);
+uint64_t arena_segment_size(const arena *a);
+void arena_get_stats(const arena *a, arena_stats *out);
+
+#endif
