@@ -2,13 +2,17 @@
  * granary.c - libgranary (see granary.h): a blocking client over the
  * daemon's SOCK_SEQPACKET socket, using the shared proto/ codec.
  *
- * Reads are split into pieces of the daemon's largest reply and pipelined:
- * up to GR_WINDOW pieces are in flight, and each reply's bytes are received
- * straight into the caller's buffer (the header is peeked first to learn
- * where they go), so file bytes are copied once, socket to user buffer.
+ * Reads use READX: the daemon answers with extents of its shared-memory
+ * arena (a segment's fd arrives with the first reply that names it; the
+ * client maps it read-only once and keeps it) under leases, and the client
+ * copies the bytes out and releases the leases in batches: one copy from
+ * the cache to the caller's buffer, no socket copy.  Bytes the daemon cannot
+ * lease come inline.  Reads are cut into chunk-aligned pieces and up to
+ * GR_WINDOW are in flight; a reply that covers less than its piece is
+ * followed by a request for the rest.
  *
  * Request ids only grow, so a reply to a call that timed out is recognised
- * as stale and discarded by the next call.
+ * as stale and discarded by the next call (its leases released).
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -24,15 +29,26 @@
 #include "granary.h"
 #include "proto.h"
 
-#define GR_WINDOW 128                   /* READ pieces in flight: 16 MiB */
+#define GR_WINDOW 8                     /* READX pieces in flight */
+#define GR_PIECE_MIN (1u << 20)         /* pieces are whole chunks, at least this big */
+#define GR_RELEASE_BATCH 16             /* leases held before a RELEASE goes out */
 #define GR_DEFAULT_SOCKET "/run/granary/granary.sock"
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
+
+typedef struct gr_seg {
+    const uint8_t *p;                   /* read-only mapping, NULL until received */
+    size_t len;
+} gr_seg;
 
 struct gr_client {
     int fd;
     pthread_mutex_t lock;
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
+    gr_seg *segs;                       /* arena segments by index */
+    uint32_t nsegs;
+    uint32_t rel[PROTO_MAX_RELEASE];    /* leases to give back */
+    uint32_t nrel;
     char errtext[PROTO_MAX_ERRMSG + 1];
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
@@ -40,6 +56,12 @@ struct gr_client {
 struct gr_file {
     gr_client *c;
     proto_attr a;
+};
+
+struct gr_ref {
+    gr_client *c;
+    uint32_t lease;                     /* 0 when the bytes were copied to heap */
+    void *heap;
 };
 
 static void set_err(gr_client *c, int err, const char *text, size_t len)
@@ -126,15 +148,102 @@ static int timeout_ms(void)
     return v > 0 && v < 86400000 ? (int)v : 120000;
 }
 
-/* Receive one whole message into c->rbuf and decode it. */
+/* Send the pending releases (a RELEASE has no reply).  A failure here is
+ * not the caller's problem: the daemon releases everything at disconnect. */
+static void flush_releases(gr_client *c)
+{
+    uint8_t req[PROTO_HDR_LEN + 4 * PROTO_MAX_RELEASE];
+    ssize_t n;
+
+    if (c->nrel == 0)
+        return;
+    n = proto_enc_release(req, sizeof(req), take_id(c), c->rel, c->nrel);
+    c->nrel = 0;
+    while (send(c->fd, req, (size_t)n, MSG_NOSIGNAL) < 0 && errno == EINTR)
+        ;
+}
+
+static void queue_release(gr_client *c, uint32_t lease)
+{
+    if (c->nrel == PROTO_MAX_RELEASE)
+        flush_releases(c);
+    c->rel[c->nrel++] = lease;
+}
+
+/* Release every lease of a READX reply nobody will read. */
+static void drop_readx(gr_client *c, const proto_msg *m)
+{
+    proto_extent e;
+
+    for (uint32_t i = 0; i < m->u.readx.nextents; i++) {
+        proto_extent_at(m, i, &e);
+        queue_release(c, e.lease);
+    }
+}
+
+/* Map the segments a READX reply names for the first time, from the fds
+ * that came with it (in the order of first mention).  Unused fds are
+ * closed.  0 or -EPROTO (an extent outside its segment, a segment never
+ * received). */
+static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nfds)
+{
+    int next = 0, rc = 0;
+    proto_extent e;
+
+    for (uint32_t i = 0; i < m->u.readx.nextents && rc == 0; i++) {
+        proto_extent_at(m, i, &e);
+        if (e.seg >= c->nsegs) {
+            gr_seg *ns = realloc(c->segs, (e.seg + 1) * sizeof(*ns));
+            if (!ns) {
+                rc = -ENOMEM;
+                break;
+            }
+            memset(ns + c->nsegs, 0, (e.seg + 1 - c->nsegs) * sizeof(*ns));
+            c->segs = ns;
+            c->nsegs = e.seg + 1;
+        }
+        if (!c->segs[e.seg].p) {
+            struct stat st;
+            void *p;
+            if (next >= nfds || fstat(fds[next], &st) < 0) {
+                rc = -EPROTO;
+                break;
+            }
+            p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fds[next], 0);
+            if (p == MAP_FAILED) {
+                rc = -errno;
+                break;
+            }
+            c->segs[e.seg].p = p;
+            c->segs[e.seg].len = (size_t)st.st_size;
+            next++;
+        }
+        if (e.off > c->segs[e.seg].len || e.len > c->segs[e.seg].len - e.off)
+            rc = -EPROTO;
+    }
+    for (int i = next; i < nfds; i++)
+        close(fds[i]);
+    return rc;
+}
+
+/* Receive one whole message into c->rbuf and decode it; a READX reply's
+ * segments are mapped before it is returned. */
 static int recv_msg(gr_client *c, proto_msg *m)
 {
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * PROTO_MAX_EXTENTS)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { c->rbuf, sizeof(c->rbuf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    int fds[PROTO_MAX_EXTENTS], nfds = 0;
     size_t used;
     ssize_t n;
     int rc;
 
     do
-        n = recv(c->fd, c->rbuf, sizeof(c->rbuf), 0);
+        n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return -ETIMEDOUT;
@@ -142,10 +251,27 @@ static int recv_msg(gr_client *c, proto_msg *m)
         return -errno;
     if (n == 0)
         return -ECONNRESET;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                if (nfds < PROTO_MAX_EXTENTS)
+                    fds[nfds++] = fd;
+                else
+                    close(fd);
+            }
+        }
+    }
     rc = proto_decode(c->rbuf, (size_t)n, m, &used);
-    if (rc != 0 || !(m->h.flags & PROTO_F_REPLY))
-        return -EPROTO;
-    return 0;
+    if (rc == 0 && !(m->h.flags & PROTO_F_REPLY))
+        rc = -EPROTO;
+    if (rc == 0 && m->h.op == PROTO_OP_READX && m->h.status == 0)
+        return map_segments(c, m, fds, nfds);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    return rc != 0 ? -EPROTO : 0;
 }
 
 /* Send one request and wait for its reply (stale replies are skipped).
@@ -168,6 +294,8 @@ static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_ms
          * header, and this error is the answer to it. */
         if (m->h.req_id == id || (m->h.req_id == 0 && m->h.status < 0))
             return 0;
+        if (m->h.op == PROTO_OP_READX && m->h.status == 0)
+            drop_readx(c, m);           /* stale: its leases go back */
     }
 }
 
@@ -244,10 +372,7 @@ gr_client *gr_connect(const char *socket_path)
     return c;
 fail:
     e = errno;
-    if (c->fd >= 0)
-        close(c->fd);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
+    gr_disconnect(c);
     errno = e;
     return NULL;
 }
@@ -256,6 +381,10 @@ void gr_disconnect(gr_client *c)
 {
     if (!c)
         return;
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        if (c->segs[i].p)
+            munmap((void *)c->segs[i].p, c->segs[i].len);
+    free(c->segs);
     close(c->fd);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -345,14 +474,14 @@ int gr_close(gr_file *f)
     return ret;
 }
 
-/* Send the READ for piece i of a pipelined read. */
-static int send_piece(gr_client *c, const gr_file *f, uint32_t id, uint64_t off, uint32_t len)
+/* Send a READX for len bytes at off. */
+static int send_readx(gr_client *c, const gr_file *f, uint32_t id, uint64_t off, uint32_t len)
 {
     uint8_t req[PROTO_HDR_LEN + PROTO_READ_LEN];
     proto_read r = { .handle = f->a.handle, .len = len, .off = off };
     ssize_t n;
 
-    proto_enc_read(req, sizeof(req), id, &r);
+    proto_enc_readx(req, sizeof(req), id, &r);
     do
         n = send(c->fd, req, sizeof(req), MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
@@ -361,80 +490,47 @@ static int send_piece(gr_client *c, const gr_file *f, uint32_t id, uint64_t off,
     return 0;
 }
 
-/*
- * Receive one reply of a pipelined read whose pieces have ids
- * [base, base + npieces).  A successful READ reply goes straight into its
- * piece of buf; *piece and *got say which and how much.  Returns 0, -errno,
- * or 1 for a stale reply (skipped).
- */
-static int recv_piece(gr_client *c, uint32_t base, uint32_t npieces, char *buf, size_t len,
-                      uint32_t *piece, uint32_t *got, proto_msg *err)
+/* Copy a READX reply's bytes to dst (at most cap) and queue its leases.
+ * Returns the bytes covered, or -EPROTO if they exceed cap. */
+static int64_t copy_readx(gr_client *c, const proto_msg *m, uint8_t *dst, uint64_t cap)
 {
-    uint8_t hdr[PROTO_HDR_LEN];
-    proto_hdr h;
-    ssize_t n;
-    uint32_t i;
-    size_t poff, plen;
-    int rc;
+    uint64_t got = 0;
+    proto_extent e;
 
-    do
-        n = recv(c->fd, hdr, sizeof(hdr), MSG_PEEK);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
-    if (n == 0)
-        return -ECONNRESET;
-    if (proto_decode_hdr(hdr, (size_t)n, &h) != 0 || !(h.flags & PROTO_F_REPLY)) {
-        recv(c->fd, hdr, sizeof(hdr), 0);       /* drop it */
+    for (uint32_t i = 0; i < m->u.readx.nextents; i++) {
+        proto_extent_at(m, i, &e);
+        if (e.len > cap - got) {
+            drop_readx(c, m);
+            return -EPROTO;
+        }
+        /* Fault the extent's pages in with one call rather than one fault
+         * per page; cheap when they are mapped already.  (MAP_POPULATE at
+         * mmap time would commit the whole arena.) */
+        madvise((void *)((uintptr_t)(c->segs[e.seg].p + e.off) & ~(uintptr_t)4095),
+                e.len + ((uintptr_t)(c->segs[e.seg].p + e.off) & 4095), MADV_POPULATE_READ);
+        memcpy(dst + got, c->segs[e.seg].p + e.off, e.len);
+        got += e.len;
+        queue_release(c, e.lease);
+    }
+    if (m->u.readx.inline_len > cap - got)
         return -EPROTO;
-    }
-    i = h.req_id - base;
-    if (h.req_id == 0 && h.status < 0) {
-        rc = recv_msg(c, err);      /* our request was unreadable */
-        *piece = 0;
-        return rc < 0 ? rc : 0;
-    }
-    if (i >= npieces) {
-        proto_msg m;
-        rc = recv_msg(c, &m);
-        return rc < 0 ? rc : 1;
-    }
-    poff = (size_t)i * c->max_data;
-    plen = len - poff < c->max_data ? len - poff : c->max_data;
-    if (h.op != PROTO_OP_READ || h.status < 0 || h.body_len > plen) {
-        rc = recv_msg(c, err);
-        if (rc < 0)
-            return rc;
-        if (err->h.status == 0)
-            return -EPROTO;
-        *piece = i;
-        return 0;
-    }
-    {
-        struct iovec iov[2] = { { hdr, sizeof(hdr) }, { buf + poff, plen } };
-        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-        do
-            n = recvmsg(c->fd, &mh, 0);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-            return -errno;
-        if ((size_t)n != PROTO_HDR_LEN + h.body_len)
-            return -EPROTO;
-    }
-    err->h.status = 0;
-    *piece = i;
-    *got = h.body_len;
-    return 0;
+    memcpy(dst + got, m->u.readx.inline_data, m->u.readx.inline_len);
+    return (int64_t)(got + m->u.readx.inline_len);
 }
+
+typedef struct piece {
+    uint32_t id;
+    uint64_t off;
+    uint64_t len;
+} piece;
 
 ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
 {
     gr_client *c = f->c;
-    uint64_t size = f->a.size;
-    uint32_t npieces, sent = 0, done = 0, base, shortest = UINT32_MAX;
-    ssize_t total = -1;
-    int rc = 0, err = 0;
-    proto_msg em;
+    uint64_t size = f->a.size, next, end, unit;
+    piece pend[GR_WINDOW];
+    int npend = 0, rc = 0, err = 0;
+    proto_msg m;
 
     if (off < 0) {
         errno = EINVAL;
@@ -446,54 +542,181 @@ ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
         len = (size_t)(size - (uint64_t)off);
     if (len > SSIZE_MAX)
         len = SSIZE_MAX;
-    npieces = (uint32_t)((len + c->max_data - 1) / c->max_data);
+    unit = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
+    unit *= (GR_PIECE_MIN + unit - 1) / unit;       /* whole chunks, >= 1 MiB */
+    next = (uint64_t)off;
+    end = (uint64_t)off + len;
 
     pthread_mutex_lock(&c->lock);
-    if (c->next_id == 0 || c->next_id + npieces < c->next_id)
-        c->next_id = 1;             /* wrap, skipping 0 (the daemon's "unknown") */
-    base = c->next_id;
-    c->next_id += npieces;
-    while (done < npieces) {
-        uint32_t piece = 0, got = 0;
-        while (sent < npieces && sent - done < GR_WINDOW && !err) {
-            size_t poff = (size_t)sent * c->max_data;
-            size_t plen = len - poff < c->max_data ? len - poff : c->max_data;
-            rc = send_piece(c, f, base + sent, (uint64_t)off + poff, (uint32_t)plen);
+    for (;;) {
+        int i;
+        int64_t got;
+        while (npend < GR_WINDOW && next < end && !err) {
+            uint64_t plen = (next / unit + 1) * unit - next;
+            if (plen > end - next)
+                plen = end - next;
+            pend[npend] = (piece){ take_id(c), next, plen };
+            rc = send_readx(c, f, pend[npend].id, next, (uint32_t)plen);
             if (rc < 0)
                 goto out;
-            sent++;
+            npend++;
+            next += plen;
         }
-        rc = recv_piece(c, base, npieces, buf, len, &piece, &got, &em);
+        if (npend == 0)
+            break;
+        rc = recv_msg(c, &m);
         if (rc < 0)
             goto out;
-        if (rc == 1)
-            continue;
-        done++;
-        if (em.h.status < 0) {
-            if (!err) {
-                err = -em.h.status;
-                set_err(c, err, em.u.error.len ? em.u.error.text : NULL, em.u.error.len);
+        for (i = 0; i < npend && pend[i].id != m.h.req_id; i++)
+            ;
+        if (i == npend) {
+            if (m.h.req_id == 0 && m.h.status < 0) {
+                rc = m.h.status;        /* a request of ours was unreadable */
+                goto out;
             }
-        } else if (got < c->max_data && piece < shortest && (size_t)piece * c->max_data + got < len) {
-            shortest = piece;   /* a short piece ends the read (EOF moved) */
+            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+                drop_readx(c, &m);      /* stale */
+            continue;
         }
-        if (err && done == sent)
-            break;              /* stop asking; what was sent is drained */
+        {
+            piece p = pend[i];
+            pend[i] = pend[--npend];
+            if (m.h.status < 0) {
+                if (!err) {
+                    err = -m.h.status;
+                    set_err(c, err, m.u.error.len ? m.u.error.text : NULL, m.u.error.len);
+                }
+                continue;
+            }
+            if (m.h.op != PROTO_OP_READX) {
+                rc = -EPROTO;
+                goto out;
+            }
+            got = copy_readx(c, &m, (uint8_t *)buf + (p.off - (uint64_t)off), p.len);
+            if (got < 0 || (got == 0 && p.len > 0)) {
+                rc = -EPROTO;           /* no progress would loop forever */
+                goto out;
+            }
+            if ((uint64_t)got < p.len && npend < GR_WINDOW && !err) {
+                /* The daemon covered a prefix; ask for the rest now. */
+                pend[npend] = (piece){ take_id(c), p.off + (uint64_t)got, p.len - (uint64_t)got };
+                rc = send_readx(c, f, pend[npend].id, pend[npend].off, (uint32_t)pend[npend].len);
+                if (rc < 0)
+                    goto out;
+                npend++;
+            }
+        }
+        if (c->nrel >= GR_RELEASE_BATCH)
+            flush_releases(c);
     }
+    flush_releases(c);
+    pthread_mutex_unlock(&c->lock);
     if (err) {
         errno = err;
-        goto unlock;
+        return -1;
     }
-    if (shortest != UINT32_MAX)
-        len = (size_t)shortest * c->max_data;  /* conservative: up to the short piece */
-    total = (ssize_t)len;
     c->errtext[0] = '\0';
-    goto unlock;
+    return (ssize_t)len;
 out:
+    flush_releases(c);
     fail(c, rc);
-unlock:
     pthread_mutex_unlock(&c->lock);
-    return total;
+    return -1;
+}
+
+ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref **ref)
+{
+    gr_client *c = f->c;
+    uint64_t size = f->a.size, cs = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
+    gr_ref *r;
+    proto_msg m;
+    uint32_t id;
+    int rc;
+
+    *data = NULL;
+    *ref = NULL;
+    if (off < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if ((uint64_t)off >= size || len == 0)
+        return 0;
+    if (len > size - (uint64_t)off)
+        len = (size_t)(size - (uint64_t)off);
+    if (len > ((uint64_t)off / cs + 1) * cs - (uint64_t)off)
+        len = (size_t)(((uint64_t)off / cs + 1) * cs - (uint64_t)off);     /* one chunk */
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        errno = ENOMEM;
+        return -1;
+    }
+    r->c = c;
+    pthread_mutex_lock(&c->lock);
+    id = take_id(c);
+    rc = send_readx(c, f, id, (uint64_t)off, (uint32_t)len);
+    if (rc == 0) {
+        for (;;) {
+            rc = recv_msg(c, &m);
+            if (rc < 0 || m.h.req_id == id || (m.h.req_id == 0 && m.h.status < 0))
+                break;
+            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+                drop_readx(c, &m);
+        }
+    }
+    if (rc == 0 && m.h.status < 0) {
+        fail_reply(c, &m);
+        goto fail;
+    }
+    if (rc == 0 && (m.h.op != PROTO_OP_READX || m.u.readx.nextents > 1 ||
+                    (m.u.readx.nextents == 1 && m.u.readx.inline_len))) {
+        if (m.h.op == PROTO_OP_READX)
+            drop_readx(c, &m);
+        rc = -EPROTO;
+    }
+    if (rc < 0) {
+        fail(c, rc);
+        goto fail;
+    }
+    if (m.u.readx.nextents == 1) {
+        proto_extent e;
+        proto_extent_at(&m, 0, &e);
+        r->lease = e.lease;
+        *data = c->segs[e.seg].p + e.off;
+        len = e.len;
+    } else {
+        /* Not leasable (the client is at its lease limit, or the daemon had
+         * no arena block): a private copy stands in. */
+        len = m.u.readx.inline_len;
+        r->heap = malloc(len ? len : 1);
+        if (!r->heap) {
+            fail(c, -ENOMEM);
+            goto fail;
+        }
+        memcpy(r->heap, m.u.readx.inline_data, len);
+        *data = r->heap;
+    }
+    c->errtext[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    *ref = r;
+    return (ssize_t)len;
+fail:
+    pthread_mutex_unlock(&c->lock);
+    free(r);
+    return -1;
+}
+
+void gr_ref_release(gr_ref *r)
+{
+    if (!r)
+        return;
+    if (r->lease) {
+        pthread_mutex_lock(&r->c->lock);
+        queue_release(r->c, r->lease);
+        flush_releases(r->c);
+        pthread_mutex_unlock(&r->c->lock);
+    }
+    free(r->heap);
+    free(r);
 }
 
 int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg)

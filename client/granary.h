@@ -64,7 +64,8 @@ gr_file *gr_open(gr_client *c, const char *path);
 /*
  * Read up to len bytes at offset off into buf, like pread(2): returns the
  * number of bytes read, fewer than len only at the end of the file, 0 at or
- * past it, or -1 with errno set.  Large reads are pipelined.
+ * past it, or -1 with errno set.  Large reads are pipelined; cached bytes
+ * are copied once, from the daemon's shared memory into buf.
  */
 ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off);
 
@@ -75,6 +76,24 @@ int gr_fstat(gr_file *f, struct stat *st);
 /* Release the file's handle in the daemon and free f.  0, or -1 with errno
  * (f is freed in every case).  NULL-safe. */
 int gr_close(gr_file *f);
+
+/*
+ * Zero-copy read: up to len bytes at off, in place.  *data points at them
+ * (read-only: the daemon's shared memory, mapped into this process) until
+ * gr_ref_release(*ref); the daemon will not reuse that memory before.
+ * Returns the number of bytes at *data: at most len, and never past the end
+ * of the chunk that holds off (call again for the rest); 0 at or past the
+ * end of the file (then *ref is NULL); -1 with errno set.  When the bytes
+ * cannot be leased (this client already holds [dram]
+ * max_leased_per_client, or the daemon's memory is exhausted) they are
+ * copied into a private buffer instead; the call works the same.
+ */
+typedef struct gr_ref gr_ref;
+ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref **ref);
+
+/* Give the bytes of gr_read_ref back.  NULL-safe.  The gr_client must still
+ * be connected. */
+void gr_ref_release(gr_ref *ref);
 
 /*
  * The daemon's counters: cb(arg, name, value) is called for each, in the

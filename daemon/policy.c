@@ -71,6 +71,9 @@
 #define GHOST_DEAD UINT64_MAX   /* ring size of an entry taken back */
 #define EPOCH_T_ITEMS 2         /* stale after at least 2 * items accesses */
 #define EPOCH_T_HITS 3          /* ... and 3 * the mean hit age */
+#define EPOCH_ABANDONED 2      /* ... and admit anything past 2 * T */
+#define EPOCH_TRICKLE 8         /* ... one key in 8 */
+#define EPOCH_GHOST 4           /* remember 4x the items of refused keys */
 #define EPOCH_EWMA 64           /* weight 1/64 for the mean hit age */
 
 enum { W_NONE, W_PINNED, W_Q0, W_Q1 };      /* policy_node.where */
@@ -87,6 +90,7 @@ typedef struct ghost_slot {
 
 typedef struct ghost {
     uint64_t *rhash, *rsize;    /* rcap entries, seq & (rcap - 1) */
+    uint64_t *rstamp;           /* epoch: the access clock when added */
     uint64_t rcap;              /* power of two */
     uint64_t head, tail;        /* next sequence number, oldest in the ring */
     uint64_t bytes;             /* sizes of the live entries */
@@ -171,10 +175,12 @@ static int ghost_alloc(ghost *g, uint64_t rcap)
 {
     g->rhash = malloc(rcap * sizeof(*g->rhash));
     g->rsize = malloc(rcap * sizeof(*g->rsize));
+    g->rstamp = malloc(rcap * sizeof(*g->rstamp));
     g->idx = calloc(2 * rcap, sizeof(*g->idx));
-    if (!g->rhash || !g->rsize || !g->idx) {
+    if (!g->rhash || !g->rsize || !g->rstamp || !g->idx) {
         free(g->rhash);
         free(g->rsize);
+        free(g->rstamp);
         free(g->idx);
         return -ENOMEM;
     }
@@ -186,6 +192,7 @@ static void ghost_release(ghost *g)
 {
     free(g->rhash);
     free(g->rsize);
+    free(g->rstamp);
     free(g->idx);
     memset(g, 0, sizeof(*g));
 }
@@ -259,6 +266,7 @@ static int ghost_grow(ghost *g)
             continue;
         n.rhash[seq & (n.rcap - 1)] = g->rhash[r];
         n.rsize[seq & (n.rcap - 1)] = g->rsize[r];
+        n.rstamp[seq & (n.rcap - 1)] = g->rstamp[r];
         ghost_idx_put(&n, g->rhash[r], seq);
         seq++;
     }
@@ -270,32 +278,37 @@ static int ghost_grow(ghost *g)
     return 0;
 }
 
-/* Take h back out of the ghost: 1 if it was there, else 0. */
-static int ghost_take(ghost *g, uint64_t h)
+/* Take h back out of the ghost: 1 if it was there (and *stamp is the clock
+ * it was added with, when stamp is not NULL), else 0. */
+static int ghost_take(ghost *g, uint64_t h, uint64_t *stamp)
 {
     int64_t i = ghost_find(g, h);
 
     if (i < 0)
         return 0;
     uint64_t r = g->idx[i].seq & (g->rcap - 1);
+    if (stamp)
+        *stamp = g->rstamp[r];
     g->bytes -= g->rsize[r];
     g->rsize[r] = GHOST_DEAD;
     ghost_idx_del(g, (uint64_t)i);
     return 1;
 }
 
-/* Remember h (size bytes) as just evicted.  The ghost keeps at most
- * max_bytes and grows its ring only while it has fewer than max_entries. */
-static void ghost_add(ghost *g, uint64_t h, uint64_t size, uint64_t max_bytes,
-                      uint64_t max_entries)
+/* Remember h (size bytes) at clock stamp, replacing any older entry.  The
+ * ghost keeps at most max_bytes and grows its ring only while it has fewer
+ * than max_entries. */
+static void ghost_add(ghost *g, uint64_t h, uint64_t size, uint64_t stamp,
+                      uint64_t max_bytes, uint64_t max_entries)
 {
-    ghost_take(g, h);
+    ghost_take(g, h, NULL);
     if (g->head - g->tail == g->rcap &&
         (g->rcap >= max_entries || ghost_grow(g) < 0))
         ghost_pop(g);
     uint64_t seq = g->head++, r = seq & (g->rcap - 1);
     g->rhash[r] = h;
     g->rsize[r] = size;
+    g->rstamp[r] = stamp;
     g->bytes += size;
     ghost_idx_put(g, h, seq);
     while (g->bytes > max_bytes && g->tail != g->head)
@@ -453,7 +466,7 @@ static void attach(policy *p, policy_node *n, int fresh)
     case POLICY_S3FIFO:
         if (fresh) {
             n->freq = 0;
-            s3_add(p, n, ghost_take(&p->ghost, n->key_hash));
+            s3_add(p, n, ghost_take(&p->ghost, n->key_hash, NULL));
         } else {
             s3_add(p, n, 1);
         }
@@ -526,7 +539,7 @@ int policy_new(policy_kind k, uint64_t capacity, policy **out)
         for (unsigned f = 0; f <= LFU_FMAX; f++)
             pl_init(&p->bucket[f]);
     }
-    if (k == POLICY_S3FIFO) {
+    if (k == POLICY_S3FIFO || k == POLICY_EPOCH) {
         p->small_target = capacity / 100 * S3_SMALL_PCT +
                           capacity % 100 * S3_SMALL_PCT / 100;
         if (ghost_alloc(&p->ghost, GHOST_MIN) < 0)
@@ -548,7 +561,7 @@ void policy_free(policy **pp)
     if (!p)
         return;
     free(p->bucket);
-    if (p->kind == POLICY_S3FIFO)
+    if (p->kind == POLICY_S3FIFO || p->kind == POLICY_EPOCH)
         ghost_release(&p->ghost);
     free(p);
     *pp = NULL;
@@ -564,6 +577,7 @@ void policy_node_init(policy_node *n, uint64_t key_hash, uint64_t size)
 int policy_admit(policy *p, uint64_t key_hash, uint64_t size)
 {
     policy_node *t;
+    uint64_t age, stale, seen;
 
     p->accesses++;
     if (size > p->capacity)
@@ -571,7 +585,17 @@ int policy_admit(policy *p, uint64_t key_hash, uint64_t size)
     if (p->kind != POLICY_EPOCH || p->used + size <= p->capacity)
         return 1;
     t = pl_tail(&p->q[0]);
-    return t && p->accesses - t->stamp > epoch_stale_after(p);
+    if (!t)
+        return 0;
+    age = p->accesses - t->stamp;
+    stale = epoch_stale_after(p);
+    if (age > stale && ghost_take(&p->ghost, key_hash, &seen) && p->accesses - seen <= stale)
+        return 1;                   /* the tail is stale, the newcomer is not */
+    if (age > EPOCH_ABANDONED * stale && !(mix64(key_hash) % EPOCH_TRICKLE))
+        return 1;                   /* residents abandoned: let a fixed 1/8 of keys in */
+    ghost_add(&p->ghost, key_hash, size, p->accesses, EPOCH_GHOST * p->capacity,
+              EPOCH_GHOST * (p->count > GHOST_MIN ? p->count : GHOST_MIN));
+    return 0;
 }
 
 void policy_insert(policy *p, policy_node *n)
@@ -641,7 +665,7 @@ void policy_remove(policy *p, policy_node *n)
         if (ghosted) {
             uint64_t main_bytes = p->capacity - p->small_target;
             uint64_t entries = 2 * (p->count > GHOST_MIN ? p->count : GHOST_MIN);
-            ghost_add(&p->ghost, n->key_hash, n->size, main_bytes, entries);
+            ghost_add(&p->ghost, n->key_hash, n->size, 0, main_bytes, entries);
         }
     }
     n->where = W_NONE;
@@ -766,7 +790,7 @@ int policy_sane(const policy *p)
         return -8;
     if (p->kind == POLICY_SIEVE && p->hand && p->hand->where != W_Q0)
         return -9;
-    if (p->kind == POLICY_S3FIFO) {
+    if (p->kind == POLICY_S3FIFO || p->kind == POLICY_EPOCH) {
         const ghost *g = &p->ghost;
         uint64_t live = 0, gb = 0, slots = 0;
         for (uint64_t s = g->tail; s != g->head; s++) {
