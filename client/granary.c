@@ -31,7 +31,9 @@
 
 #define GR_WINDOW 8                     /* READX pieces in flight */
 #define GR_PIECE_MIN (1u << 20)         /* pieces are whole chunks, at least this big */
-#define GR_RELEASE_BATCH 16             /* leases held before a RELEASE goes out */
+#define GR_RELEASE_BATCH 1              /* leases held before a RELEASE goes out:
+                                         * at once, since held leases pin the
+                                         * daemon's memory (one send per reply) */
 #define GR_DEFAULT_SOCKET "/run/granary/granary.sock"
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
 

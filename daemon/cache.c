@@ -14,13 +14,21 @@
 
 #define SEGMENT_MAX (64ull << 20)
 
+/* An LRU list: head most recent. */
+typedef struct lru_list {
+    chunk *head, *tail;
+} lru_list;
+
 struct dram {
     arena *ar;
-    uint64_t used, evictions, heap_fallbacks;
+    uint64_t used;              /* bytes of the arena chunks held */
+    uint64_t oused, ocap;       /* bytes of the heap chunks held, and their cap */
+    uint64_t evictions, heap_fallbacks;
     size_t count;
     chunk **buckets;
     size_t nbuckets;            /* power of two */
-    chunk *head, *tail;         /* LRU: head most recent */
+    lru_list arena_lru;         /* chunks in arena blocks */
+    lru_list heap_lru;          /* overflow: heap chunks made while the arena was pinned */
 };
 
 void chunk_key(uint8_t key[CHUNK_KEY_LEN], const uint8_t id[16], uint64_t idx)
@@ -86,14 +94,17 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_
         return -ENOMEM;
     while (seg < max_chunk)
         seg *= 2;
-    /* Segments as large as 64 MiB, smaller for a small tier, never smaller
-     * than the largest chunk; the arena gets whole segments only, so the
-     * capacity is never exceeded. */
-    while (seg > capacity && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
+    /* An eighth of the capacity is the heap overflow (see dram_put), the
+     * rest the arena.  Segments are up to 64 MiB but at most a quarter of
+     * the arena, so rounding the arena down to whole segments (the capacity
+     * is never exceeded) wastes little; never smaller than a chunk. */
+    d->ocap = capacity / 8;
+    capacity -= d->ocap;
+    while (seg > capacity / 4 && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
         seg /= 2;
     if (capacity < seg) {
-        snprintf(err, errlen, "[dram] capacity %llu is smaller than one chunk (%llu)",
-                 (unsigned long long)capacity, (unsigned long long)seg);
+        snprintf(err, errlen, "[dram] capacity %llu is too small for chunks of %llu",
+                 (unsigned long long)(capacity + d->ocap), (unsigned long long)max_chunk);
         free(d);
         return -EINVAL;
     }
@@ -118,28 +129,37 @@ arena *dram_arena(dram *d)
     return d->ar;
 }
 
+static lru_list *list_of(dram *d, const chunk *c)
+{
+    return c->ar ? &d->arena_lru : &d->heap_lru;
+}
+
 static void lru_unlink(dram *d, chunk *c)
 {
+    lru_list *l = list_of(d, c);
+
     if (c->prev)
         c->prev->next = c->next;
     else
-        d->head = c->next;
+        l->head = c->next;
     if (c->next)
         c->next->prev = c->prev;
     else
-        d->tail = c->prev;
+        l->tail = c->prev;
     c->prev = c->next = NULL;
 }
 
 static void lru_push(dram *d, chunk *c)
 {
-    c->next = d->head;
+    lru_list *l = list_of(d, c);
+
+    c->next = l->head;
     c->prev = NULL;
-    if (d->head)
-        d->head->prev = c;
+    if (l->head)
+        l->head->prev = c;
     else
-        d->tail = c;
-    d->head = c;
+        l->tail = c;
+    l->head = c;
 }
 
 /* Remove c from the tier and drop the tier's reference. */
@@ -153,7 +173,10 @@ static void dram_remove(dram *d, chunk *c)
     c->hnext = NULL;
     lru_unlink(d, c);
     c->in_tier = 0;
-    d->used -= c->cap;
+    if (c->ar)
+        d->used -= c->cap;
+    else
+        d->oused -= c->cap;
     d->count--;
     chunk_unref(&c);
 }
@@ -164,8 +187,10 @@ void dram_free(dram **dp)
 
     if (!d)
         return;
-    while (d->head)
-        dram_remove(d, d->head);
+    while (d->arena_lru.head)
+        dram_remove(d, d->arena_lru.head);
+    while (d->heap_lru.head)
+        dram_remove(d, d->heap_lru.head);
     arena_free(&d->ar);
     free(d->buckets);
     free(d);
@@ -224,11 +249,11 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
      * frees nothing yet, and buddies may need several victims to merge, so
      * this can take more than one. */
     while (arena_alloc(d->ar, len, &blk) == -ENOMEM) {
-        if (!d->tail) {
+        if (!d->arena_lru.tail) {
             d->heap_fallbacks++;
             return chunk_new(key, len);
         }
-        dram_remove(d, d->tail);
+        dram_remove(d, d->arena_lru.tail);
         d->evictions++;
     }
     c = calloc(1, sizeof(*c));
@@ -250,10 +275,23 @@ void dram_put(dram *d, chunk *c)
     chunk *old = dram_find(d, c->key);
     size_t k;
 
-    if (old == c || !c->ar)
+    if (old == c)
         return;
     if (old)
         dram_remove(d, old);
+    if (!c->ar) {
+        /* The overflow keeps a heap chunk just long enough for the client
+         * to come back for the rest of it: an inline reply carries at most
+         * PROTO_MAX_DATA, and refetching from the source would multiply the
+         * source's load exactly when the node is overloaded. */
+        if (c->cap > d->ocap)
+            return;
+        while (d->oused + c->cap > d->ocap)
+            dram_remove(d, d->heap_lru.tail);
+        d->oused += c->cap;
+    } else {
+        d->used += c->cap;
+    }
     if (d->count >= d->nbuckets)
         dram_grow(d);
     k = bucket_of(d, c->key);
@@ -261,13 +299,12 @@ void dram_put(dram *d, chunk *c)
     d->buckets[k] = chunk_ref(c);
     lru_push(d, c);
     c->in_tier = 1;
-    d->used += c->cap;
     d->count++;
 }
 
-void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
+static void drop_prefix_list(dram *d, lru_list *l, const uint8_t *prefix, size_t plen)
 {
-    chunk *c = d->head;
+    chunk *c = l->head;
 
     while (c) {
         chunk *next = c->next;
@@ -277,14 +314,20 @@ void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
     }
 }
 
+void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
+{
+    drop_prefix_list(d, &d->arena_lru, prefix, plen);
+    drop_prefix_list(d, &d->heap_lru, prefix, plen);
+}
+
 void dram_get_stats(const dram *d, dram_stats *out)
 {
     arena_stats as;
 
     arena_get_stats(d->ar, &as);
-    out->capacity_bytes = as.capacity_bytes;
-    out->used_bytes = as.used_bytes;
-    out->cached_bytes = d->used;
+    out->capacity_bytes = as.capacity_bytes + d->ocap;
+    out->used_bytes = as.used_bytes + d->oused;
+    out->cached_bytes = d->used + d->oused;
     out->chunks = d->count;
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;

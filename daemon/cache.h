@@ -12,9 +12,11 @@
  * an arena block that clients map read-only, so a hit is handed over as
  * (segment, offset, length) without a copy.  When no block can be had, even
  * after evicting (everything is leased or in flight), a chunk falls back to
- * the heap: it serves its request by copy and never enters the tier.  The
- * tier's capacity is the arena's size, a hard limit that counts leased and
- * in-flight blocks too.
+ * the heap and is served by copy; the tier keeps such chunks in a small
+ * overflow (an eighth of the capacity) so that a client coming back for the
+ * rest of one does not make the daemon read the source again.  Arena plus
+ * overflow never exceed the capacity, leased and in-flight blocks
+ * included.
  *
  * Threads: everything here runs on the loop thread.  An I/O thread may read
  * or fill a chunk's bytes while a job it runs holds a reference, but never
@@ -66,9 +68,9 @@ typedef struct dram_stats {
 } dram_stats;
 
 /*
- * The tier over an arena of capacity bytes (rounded down to whole
- * segments) in segments of up to 64 MiB, each at least max_chunk.  0 or
- * -errno with a reason in err.
+ * The tier: capacity bytes, an eighth for the heap overflow and the rest an
+ * arena (rounded down to whole segments of up to 64 MiB, each at least
+ * max_chunk).  0 or -errno with a reason in err.
  */
 int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_t errlen);
 /* Drop every chunk's tier reference and free the arena; every other chunk
@@ -87,8 +89,9 @@ arena *dram_arena(dram *d);
 chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Keep c (the tier takes its own reference), replacing any chunk with the
- * same key.  Only arena chunks are kept (the arena's size bounds the tier);
- * a heap chunk is ignored. */
+ * same key.  Arena chunks are bounded by the arena; heap chunks go to the
+ * overflow, evicting its oldest (one larger than the overflow is not
+ * kept). */
 void dram_put(dram *d, chunk *c);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix. */

@@ -151,7 +151,11 @@ int main(int argc, char **argv)
     }
     if (workers_start(base, cfg.io_threads, &w) < 0)
         goto fail;
-    if (fetcher_new(d, nvme, src, w, &stats, WRITEBACK_MAX, &fx) < 0)
+    /* Write-behind pins its chunks' DRAM blocks until written: at most a
+     * quarter of the tier, so that readers always find room. */
+    if (fetcher_new(d, nvme, src, w, &stats,
+                    cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
+                    &fx) < 0)
         goto fail;
     {
         server_deps deps = {

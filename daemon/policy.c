@@ -74,6 +74,8 @@
 #define EPOCH_ABANDONED 2      /* ... and admit anything past 2 * T */
 #define EPOCH_TRICKLE 8         /* ... one key in 8 */
 #define EPOCH_GHOST 4           /* remember 4x the items of refused keys */
+#define EPOCH_RATE_X 2          /* refused keys' hit rate per key that beats residents' */
+#define EPOCH_RATE_MIN 16       /* ... with at least this much evidence */
 #define EPOCH_EWMA 64           /* weight 1/64 for the mean hit age */
 
 enum { W_NONE, W_PINNED, W_Q0, W_Q1 };      /* policy_node.where */
@@ -94,6 +96,7 @@ typedef struct ghost {
     uint64_t rcap;              /* power of two */
     uint64_t head, tail;        /* next sequence number, oldest in the ring */
     uint64_t bytes;             /* sizes of the live entries */
+    uint64_t live;              /* live entries */
     ghost_slot *idx;            /* 2 * rcap slots, linear probing */
 } ghost;
 
@@ -115,6 +118,9 @@ struct policy {
     uint64_t small_target;      /* s3fifo: bytes of the small FIFO */
     ghost ghost;                /* s3fifo */
     double hit_age;             /* epoch: EWMA of the ages at hits, 0 = no hit yet */
+    uint64_t res_hits[2];       /* epoch: hits on residents, last window and this one */
+    uint64_t ghost_hits[2];     /* epoch: misses on refused keys still in the ghost, ditto */
+    uint64_t window_start;      /* epoch: clock at the start of this window */
 };
 
 static const char *const kind_names[POLICY_NKINDS] = {
@@ -249,6 +255,7 @@ static void ghost_pop(ghost *g)
     if (i >= 0 && g->idx[i].seq == seq)
         ghost_idx_del(g, (uint64_t)i);
     g->bytes -= g->rsize[r];
+    g->live--;
 }
 
 /* Double the ring, dropping dead entries.  -ENOMEM leaves g as it was. */
@@ -273,6 +280,7 @@ static int ghost_grow(ghost *g)
     n.tail = 1;
     n.head = seq;
     n.bytes = g->bytes;
+    n.live = g->live;
     ghost_release(g);
     *g = n;
     return 0;
@@ -292,6 +300,7 @@ static int ghost_take(ghost *g, uint64_t h, uint64_t *stamp)
     g->bytes -= g->rsize[r];
     g->rsize[r] = GHOST_DEAD;
     ghost_idx_del(g, (uint64_t)i);
+    g->live--;
     return 1;
 }
 
@@ -310,6 +319,7 @@ static void ghost_add(ghost *g, uint64_t h, uint64_t size, uint64_t stamp,
     g->rsize[r] = size;
     g->rstamp[r] = stamp;
     g->bytes += size;
+    g->live++;
     ghost_idx_put(g, h, seq);
     while (g->bytes > max_bytes && g->tail != g->head)
         ghost_pop(g);
@@ -436,6 +446,50 @@ static uint64_t epoch_stale_after(const policy *p)
     double h = EPOCH_T_HITS * p->hit_age;
 
     return h > (double)t ? (uint64_t)h : t;
+}
+
+/* Start a new counting window when this one has lasted about one
+ * re-reference interval (the mean hit age), so that the last two windows
+ * cover at least one epoch whatever its length. */
+static void epoch_window(policy *p)
+{
+    uint64_t w = (uint64_t)p->hit_age > p->count ? (uint64_t)p->hit_age : p->count;
+    uint64_t elapsed = p->accesses - p->window_start;
+
+    if (elapsed < w)
+        return;
+    p->res_hits[0] = elapsed < 2 * w ? p->res_hits[1] : 0;
+    p->ghost_hits[0] = elapsed < 2 * w ? p->ghost_hits[1] : 0;
+    p->res_hits[1] = p->ghost_hits[1] = 0;
+    p->window_start = p->accesses;
+}
+
+/* The epoch policy's admission of a newcomer into a full tier (the file
+ * comment has the reasoning). */
+static int epoch_admit(policy *p, uint64_t key_hash, uint64_t size)
+{
+    policy_node *t = pl_tail(&p->q[0]);
+    uint64_t age, stale, seen = 0;
+    int known;
+
+    if (!t)
+        return 0;                   /* full of pinned items */
+    stale = epoch_stale_after(p);
+    epoch_window(p);
+    age = p->accesses - t->stamp;
+    known = ghost_take(&p->ghost, key_hash, &seen);
+    if (known)
+        p->ghost_hits[1]++;
+    if (known && age > stale && p->accesses - seen <= stale)
+        return 1;                   /* the tail is stale, the newcomer is not */
+    uint64_t rh = p->res_hits[0] + p->res_hits[1], gh = p->ghost_hits[0] + p->ghost_hits[1];
+    if (known && gh >= EPOCH_RATE_MIN && gh * p->count > EPOCH_RATE_X * rh * (p->ghost.live + 1))
+        return 1;                   /* refused keys come back more than residents do */
+    if (age > EPOCH_ABANDONED * stale && !(mix64(key_hash) % EPOCH_TRICKLE))
+        return 1;                   /* residents abandoned: let a fixed 1/8 of keys in */
+    ghost_add(&p->ghost, key_hash, size, p->accesses, EPOCH_GHOST * p->capacity,
+              EPOCH_GHOST * (p->count > GHOST_MIN ? p->count : GHOST_MIN));
+    return 0;
 }
 
 /* Put n (not inserted, or just taken off the pinned list) among the
@@ -576,26 +630,12 @@ void policy_node_init(policy_node *n, uint64_t key_hash, uint64_t size)
 
 int policy_admit(policy *p, uint64_t key_hash, uint64_t size)
 {
-    policy_node *t;
-    uint64_t age, stale, seen;
-
     p->accesses++;
     if (size > p->capacity)
         return 0;
     if (p->kind != POLICY_EPOCH || p->used + size <= p->capacity)
         return 1;
-    t = pl_tail(&p->q[0]);
-    if (!t)
-        return 0;
-    age = p->accesses - t->stamp;
-    stale = epoch_stale_after(p);
-    if (age > stale && ghost_take(&p->ghost, key_hash, &seen) && p->accesses - seen <= stale)
-        return 1;                   /* the tail is stale, the newcomer is not */
-    if (age > EPOCH_ABANDONED * stale && !(mix64(key_hash) % EPOCH_TRICKLE))
-        return 1;                   /* residents abandoned: let a fixed 1/8 of keys in */
-    ghost_add(&p->ghost, key_hash, size, p->accesses, EPOCH_GHOST * p->capacity,
-              EPOCH_GHOST * (p->count > GHOST_MIN ? p->count : GHOST_MIN));
-    return 0;
+    return epoch_admit(p, key_hash, size);
 }
 
 void policy_insert(policy *p, policy_node *n)
@@ -618,6 +658,8 @@ void policy_hit(policy *p, policy_node *n)
         n->stamp = p->accesses;
         if (!pinned) {      /* a pinned item's hits say nothing about eviction */
             p->hit_age = p->hit_age > 0 ? p->hit_age + (age - p->hit_age) / EPOCH_EWMA : age;
+            epoch_window(p);
+            p->res_hits[1]++;
             pl_unlink(n);
             pl_push_head(&p->q[0], n);
         }

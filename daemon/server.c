@@ -61,6 +61,7 @@ struct conn {
     srcfile **handles;          /* handle h is handles[h - 1] */
     uint32_t nhandles;          /* slots allocated */
     unsigned inflight;
+    uint64_t inflight_bytes;    /* chunk bytes of the READs and READXs in flight */
     chunk **leases;             /* lease L is leases[L - 1]; NULL when free */
     uint32_t *free_leases;      /* stack of free lease ids */
     uint32_t nleases, nfree;    /* slots allocated; ids on the stack */
@@ -102,6 +103,7 @@ struct readreq {
     unsigned n, waiting;
     int err;
     char errmsg[256];
+    uint64_t budget;            /* bytes counted in c->inflight_bytes */
     chunk *chunks[READ_MAX_CHUNKS];
     readslot slots[READ_MAX_CHUNKS];
 };
@@ -566,19 +568,20 @@ static void readx_reply(conn *c, readreq *r)
         n++;
         pos = cstart + to;
     }
-    if (i < r->n) {
+    /* The rest goes inline, as much as one message carries. */
+    for (; i < r->n && inl < PROTO_MAX_DATA; i++) {
         chunk *ch = r->chunks[i];
         uint64_t cstart = (r->first + i) * cs;
         uint64_t from = pos - cstart;
         uint64_t to = end - cstart < ch->len ? end - cstart : ch->len;
-        if (to - from > PROTO_MAX_DATA)
-            to = from + PROTO_MAX_DATA;
-        inl = (uint32_t)(to - from);
-        m->iov[1].iov_base = ch->data + from;
-        m->iov[1].iov_len = inl;
-        m->niov = 2;
+        if (to - from > PROTO_MAX_DATA - inl)
+            to = from + PROTO_MAX_DATA - inl;
+        m->iov[m->niov].iov_base = ch->data + from;
+        m->iov[m->niov].iov_len = (size_t)(to - from);
+        m->niov++;
         m->refs[m->nrefs++] = chunk_ref(ch);
-        pos += inl;
+        inl += (uint32_t)(to - from);
+        pos += to - from;
     }
     hlen = proto_enc_readx_reply(m->buf, PROTO_HDR_LEN + fixed, r->req_id, ext, n, inl);
     m->iov[0].iov_len = (size_t)hlen;
@@ -594,6 +597,7 @@ static void read_finish(readreq *r)
     conn *c = r->c;
 
     c->inflight--;
+    c->inflight_bytes -= r->budget;
     if (c->dead)
         ;
     else if (r->err < 0)
@@ -665,12 +669,28 @@ static void handle_read(conn *c, const proto_msg *m)
         n = READ_MAX_CHUNKS;
         len = (off / cs + n) * cs - off;
     }
+    /* A client may keep a quarter of the DRAM tier in flight or leased, and
+     * always one chunk: asking for more than memory can hold would push chunks out to
+     * the heap only to fetch them again when the client asks for the rest.
+     * (READX only: a READ is small and must cover what it asks.) */
+    if (op == PROTO_OP_READX) {
+        dram_stats ds;
+        uint64_t cap;
+        dram_get_stats(c->srv->d.dram, &ds);
+        cap = ds.capacity_bytes / 4;
+        while (n > 1 && c->inflight_bytes + c->leased_bytes + (uint64_t)n * cs > cap)
+            n--;
+        if ((off / cs + n) * cs - off < len)
+            len = (off / cs + n) * cs - off;
+    }
     r = calloc(1, sizeof(*r));
     if (!r) {
         reply_error(c, op, m->h.req_id, -ENOMEM, NULL);
         return;
     }
     r->op = op;
+    r->budget = (uint64_t)n * cs;
+    c->inflight_bytes += r->budget;
     r->c = conn_ref(c);
     r->req_id = m->h.req_id;
     r->f = srcfile_ref(f);

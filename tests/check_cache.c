@@ -82,11 +82,11 @@ START_TEST(test_lru_capacity)
 {
     dram_stats st;
 
-    tier = mkdram(4 * 8192, 8192);
+    tier = mkdram(40 * 1024, 8192);         /* 5K overflow, 4 arena blocks of 8K */
     for (uint64_t i = 0; i < 4; i++)
         put(1, i, 8192);
     dram_get_stats(tier, &st);
-    ck_assert_uint_eq(st.capacity_bytes, 4 * 8192);
+    ck_assert_uint_eq(st.capacity_bytes, 4 * 8192 + 5 * 1024);
     ck_assert_uint_eq(st.used_bytes, 4 * 8192);
     ck_assert(has(tier, 1, 0));             /* 0 becomes most recent */
     put(1, 4, 8192);                        /* the arena is full: evicts 1, the least recent */
@@ -110,7 +110,7 @@ START_TEST(test_ref_outlives_eviction)
     chunk *a, *held, *b;
     dram_stats st;
 
-    tier = mkdram(8192, 8192);
+    tier = mkdram(10 * 1024, 8192);         /* one 8K block, an overflow too small to keep it */
     a = mk(1, 0, 8192);
     memset(a->data, 0x5A, 8192);
     dram_put(tier, a);
@@ -120,7 +120,7 @@ START_TEST(test_ref_outlives_eviction)
      * stays a's, so the new chunk falls back to the heap. */
     b = mk(1, 1, 8192);
     ck_assert_ptr_null(b->ar);
-    dram_put(tier, b);                      /* heap chunks never enter the tier */
+    dram_put(tier, b);                      /* larger than the overflow: not kept */
     ck_assert(!has(tier, 1, 1));
     ck_assert(!has(tier, 1, 0));
     chunk_unref(&b);
@@ -181,13 +181,50 @@ START_TEST(test_many_chunks_grow)
 }
 END_TEST
 
+/* Heap chunks made while the arena is pinned stay in the overflow, within
+ * its cap, so a client coming back for the rest finds them. */
+START_TEST(test_heap_overflow)
+{
+    uint8_t key[CHUNK_KEY_LEN];
+    chunk *leased[8], *h[3];
+    dram_stats st;
+
+    tier = mkdram(80 * 1024, 8192);         /* 10K overflow, 8 arena blocks of 8K */
+    for (uint64_t i = 0; i < 8; i++)
+        put(9, i, 8192);
+    /* Lease every cached chunk: the arena is pinned. */
+    for (uint64_t i = 0; i < 8; i++) {
+        key_for(key, 9, i);
+        leased[i] = dram_get(tier, key);
+        ck_assert_ptr_nonnull(leased[i]);
+    }
+    for (int k = 0; k < 3; k++) {
+        h[k] = mk(7, (uint64_t)k, 4096);
+        ck_assert_ptr_null(h[k]->ar);       /* heap fallback */
+        dram_put(tier, h[k]);
+    }
+    /* The overflow holds 10K: two 4K heap chunks; the oldest went. */
+    ck_assert(!has(tier, 7, 0));
+    ck_assert(has(tier, 7, 1) && has(tier, 7, 2));
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.used_bytes, 8 * 8192 + 2 * 4096);
+    ck_assert_uint_le(st.used_bytes, st.capacity_bytes);
+    ck_assert_uint_eq(st.heap_fallbacks, 3);
+    for (int k = 0; k < 3; k++)
+        chunk_unref(&h[k]);
+    for (uint64_t i = 0; i < 8; i++)
+        chunk_unref(&leased[i]);
+    dram_free(&tier);
+}
+END_TEST
+
 START_TEST(test_too_small)
 {
     char err[256];
     dram *d = NULL;
 
     ck_assert_int_eq(dram_new(1 << 20, 4 << 20, &d, err, sizeof(err)), -EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "smaller than one chunk"));
+    ck_assert_ptr_nonnull(strstr(err, "too small"));
     ck_assert_ptr_null(d);
 }
 END_TEST
@@ -202,6 +239,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_ref_outlives_eviction);
     tcase_add_test(tc, test_replace_and_drop_prefix);
     tcase_add_test(tc, test_many_chunks_grow);
+    tcase_add_test(tc, test_heap_overflow);
     tcase_add_test(tc, test_too_small);
     suite_add_tcase(s, tc);
     return s;

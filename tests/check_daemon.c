@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -230,6 +231,179 @@ START_TEST(test_corrupt_nvme_refetched)
 }
 END_TEST
 
+/* A counter through the client's own connection: requests on one
+ * connection are handled in order, so earlier RELEASEs have been applied. */
+typedef struct stat_q {
+    const char *name;
+    uint64_t v;
+} stat_q;
+
+static int stat_q_cb(void *arg, const char *name, uint64_t value)
+{
+    stat_q *q = arg;
+
+    if (strcmp(name, q->name))
+        return 0;
+    q->v = value;
+    return 1;
+}
+
+static uint64_t cstat(gr_client *c, const char *name)
+{
+    stat_q q = { name, UINT64_MAX };
+
+    ck_assert_int_eq(gr_stats(c, stat_q_cb, &q), 0);
+    return q.v;
+}
+
+START_TEST(test_shm_leases)
+{
+    gr_client *c;
+    gr_file *f;
+    gr_ref *ref[4];
+    const void *p[4];
+    char *buf = malloc(20 * CHUNK);
+
+    start(NULL);
+    tu_write_pattern(src_path("s"), 31, 20 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("s"));
+    ck_assert_ptr_nonnull(f);
+    /* Cold, then warm: both come back right, the warm one as extents. */
+    ck_assert_int_eq(gr_pread(f, buf, 20 * CHUNK, 0), 20 * CHUNK);
+    ck_assert(tu_check_pattern(buf, 31, 0, 20 * CHUNK));
+    memset(buf, 0, 20 * CHUNK);
+    ck_assert_int_eq(gr_pread(f, buf, 20 * CHUNK, 0), 20 * CHUNK);
+    ck_assert(tu_check_pattern(buf, 31, 0, 20 * CHUNK));
+    ck_assert_uint_ge(cstat(c, "extents_served"), 20 * CHUNK);
+    ck_assert_uint_eq(cstat(c, "leases_active"), 0);    /* gr_pread released them all */
+    ck_assert_uint_eq(cstat(c, "leased_bytes"), 0);
+
+    /* Zero-copy: pointers into the arena, valid until released, and stops
+     * at the chunk boundary. */
+    for (int i = 0; i < 4; i++) {
+        ssize_t n = gr_read_ref(f, (off_t)(i * CHUNK + 100), 2 * CHUNK, &p[i], &ref[i]);
+        ck_assert_int_eq(n, CHUNK - 100);
+        ck_assert(tu_check_pattern(p[i], 31, (uint64_t)i * CHUNK + 100, (size_t)n));
+    }
+    ck_assert_uint_eq(cstat(c, "leases_active"), 4);
+    /* The mapping is read-only, and cannot be made writable. */
+    {
+        void *page = (void *)((uintptr_t)p[0] & ~(uintptr_t)4095);
+        ck_assert_int_ne(mprotect(page, 4096, PROT_READ | PROT_WRITE), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        gr_ref_release(ref[i]);
+    ck_assert_uint_eq(cstat(c, "leases_active"), 0);
+    {
+        const void *q;
+        gr_ref *r;
+        ck_assert_int_eq(gr_read_ref(f, 20 * CHUNK, 10, &q, &r), 0);    /* EOF */
+        ck_assert_ptr_null(r);
+    }
+    /* Leases held at disconnect are released by the daemon. */
+    ck_assert_int_eq(gr_read_ref(f, 0, 10, &p[0], &ref[0]), 10);
+    ck_assert_int_eq(gr_read_ref(f, CHUNK, 10, &p[1], &ref[1]), 10);
+    free(ref[0]);                       /* what a crashed client leaves behind */
+    free(ref[1]);
+    gr_close(f);
+    gr_disconnect(c);
+    for (int i = 0; i < 200 && tu_stat(&d, "leases_active") != 0; i++)
+        sleep_ms(10);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "leased_bytes"), 0);
+    free(buf);
+}
+END_TEST
+
+/* A leased block is never reused, even when the tier evicts its chunk and
+ * the arena runs out: new chunks then fall back to the heap and are copied
+ * to clients. */
+START_TEST(test_shm_lease_pins_block)
+{
+    gr_client *c, *other;
+    gr_file *f, *g;
+    gr_ref *ref[16];
+    const void *p[16];
+    char *buf = malloc(64 * CHUNK);
+
+    start("[dram]\ncapacity = 1M\n");       /* sixteen 64K blocks */
+    tu_write_pattern(src_path("a"), 41, 16 * CHUNK);
+    tu_write_pattern(src_path("b"), 42, 64 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("a"));
+    for (int i = 0; i < 16; i++)
+        ck_assert_int_eq(gr_read_ref(f, (off_t)i * CHUNK, CHUNK, &p[i], &ref[i]), CHUNK);
+    /* The whole arena is leased; another client reads 4x more. */
+    other = gr_connect(d.sock);
+    g = gr_open(other, src_path("b"));
+    ck_assert_int_eq(gr_pread(g, buf, 64 * CHUNK, 0), 64 * CHUNK);
+    ck_assert(tu_check_pattern(buf, 42, 0, 64 * CHUNK));
+    ck_assert_uint_ge(tu_stat(&d, "dram_heap_fallbacks"), 64);
+    ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 1 << 20);
+    for (int i = 0; i < 16; i++) {
+        ck_assert(tu_check_pattern(p[i], 41, (uint64_t)i * CHUNK, CHUNK));
+        gr_ref_release(ref[i]);
+    }
+    /* Released: the arena serves again. */
+    ck_assert_int_eq(gr_pread(g, buf, 4 * CHUNK, 0), 4 * CHUNK);
+    ck_assert(tu_check_pattern(buf, 42, 0, 4 * CHUNK));
+    gr_close(g);
+    gr_close(f);
+    gr_disconnect(other);
+    gr_disconnect(c);
+    free(buf);
+}
+END_TEST
+
+/* One client cannot pin more than max_leased_per_client: past it, bytes
+ * come by copy and stay correct. */
+/* A DRAM tier much smaller than what a client asks for at once: every
+ * byte still comes right, and the source is read about once. */
+START_TEST(test_small_dram_no_amplification)
+{
+    const uint64_t size = 24u << 20;
+    gr_client *c;
+
+    start("[dram]\ncapacity = 1M\n[nvme]\npath =\n");
+    tu_write_pattern(src_path("big"), 61, size);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("big"), 61, size, 8u << 20);
+    gr_disconnect(c);
+    ck_assert_uint_le(tu_stat(&d, "source_bytes_read"), size + size / 10);
+    ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 1u << 20);
+}
+END_TEST
+
+START_TEST(test_shm_lease_limit)
+{
+    gr_client *c;
+    gr_file *f;
+    gr_ref *ref[24];
+    const void *p[24];
+
+    start("[dram]\nmax_leased_per_client = 1M\n");   /* 16 chunks of 64K */
+    tu_write_pattern(src_path("l"), 51, 24 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("l"));
+    for (int i = 0; i < 24; i++) {
+        ck_assert_int_eq(gr_read_ref(f, (off_t)i * CHUNK, CHUNK, &p[i], &ref[i]), CHUNK);
+        ck_assert(tu_check_pattern(p[i], 51, (uint64_t)i * CHUNK, CHUNK));
+    }
+    ck_assert_uint_eq(cstat(c, "leases_active"), 16);
+    ck_assert_uint_eq(cstat(c, "leased_bytes"), 1 << 20);
+    for (int i = 0; i < 24; i++)
+        gr_ref_release(ref[i]);
+    ck_assert_uint_eq(cstat(c, "leases_active"), 0);
+    gr_close(f);
+    gr_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_rewritten_file)
 {
     gr_client *c;
@@ -338,7 +512,7 @@ START_TEST(test_nvme_capacity_hard)
     char name[32];
     int nfiles = 24;                        /* 24 x 4 MiB = 3 x capacity */
 
-    start("[dram]\ncapacity = 2M\n[nvme]\ncapacity = 32M\n");
+    start("[dram]\ncapacity = 16M\n[nvme]\ncapacity = 32M\n");
     for (int i = 0; i < nfiles; i++) {
         snprintf(name, sizeof(name), "big%d", i);
         tu_write_pattern(src_path(name), 100 + (uint32_t)i, (4u << 20) - (uint32_t)i * 1000);
@@ -360,15 +534,26 @@ START_TEST(test_nvme_capacity_hard)
     ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
     ck_assert_uint_le(tu_stat(&d, "nvme_used_bytes"), cap);
     ck_assert_uint_gt(tu_stat(&d, "evictions_nvme"), 0);
-    ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 2u << 20);
-    /* The most recent file is still cached on NVMe after a restart. */
+    ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 16u << 20);
+    {
+        /* Memory pressure must not turn into source amplification. */
+        uint64_t total = 0;
+        for (int i = 0; i < nfiles; i++)
+            total += (4u << 20) - (uint32_t)i * 1000;
+        ck_assert_uint_le(tu_stat(&d, "source_bytes_read"), total + total / 20);
+    }
+    /* A file read after the flood is on NVMe, whole, after a restart.  (The
+     * flood itself outruns the disk, and write-behind skips what it cannot
+     * keep up with: nvme_writes_skipped.) */
+    tu_write_pattern(src_path("final"), 99, 16 * CHUNK);
+    read_whole(c, src_path("final"), 99, 16 * CHUNK, 1 << 20);
+    wait_writeback();
     gr_disconnect(c);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
     ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
     boot();
-    snprintf(name, sizeof(name), "big%d", nfiles - 1);
-    read_whole(c = gr_connect(d.sock), src_path(name), 100 + (uint32_t)nfiles - 1,
-               (4u << 20) - (uint32_t)(nfiles - 1) * 1000, 1 << 20);
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("final"), 99, 16 * CHUNK, 1 << 20);
     ck_assert_uint_eq(tu_stat(&d, "source_bytes_read"), 0);
     gr_disconnect(c);
     fprintf(stderr, "nvme capacity test: peak on-disk %llu of %llu bytes\n",
@@ -548,6 +733,10 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_second_read_cached);
     tcase_add_test(tc, test_warm_restart);
     tcase_add_test(tc, test_corrupt_nvme_refetched);
+    tcase_add_test(tc, test_shm_leases);
+    tcase_add_test(tc, test_shm_lease_pins_block);
+    tcase_add_test(tc, test_shm_lease_limit);
+    tcase_add_test(tc, test_small_dram_no_amplification);
     tcase_add_test(tc, test_rewritten_file);
     tcase_add_test(tc, test_changed_while_open);
     tcase_add_test(tc, test_refused_paths);
