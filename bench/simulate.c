@@ -109,8 +109,10 @@ static uint32_t intern(sim_trace *t, const char *name, size_t len, uint64_t size
         t->names = xrealloc(t->names, t->kcap * sizeof(*t->names));
     }
     t->names[t->nkeys] = strndup(name, len);
-    if (!t->names[t->nkeys])
-        xrealloc(NULL, SIZE_MAX);
+    if (!t->names[t->nkeys]) {
+        fprintf(stderr, "simulate: out of memory\n");
+        exit(1);
+    }
     t->ksize[t->nkeys] = size;
     t->khash[t->nkeys] = h;
     t->unique_bytes += size;
@@ -563,18 +565,18 @@ int main(int argc, char **argv)
             for (int s = 0; s < nsizes; s++) {
                 char col[32];
                 snprintf(col, sizeof(col), "D/C=%.3g", res[s].ratio);
-                printf(" %10s", col);
+                printf(" %12s", col);
             }
             printf("\n%-8s", "capacity");
             for (int s = 0; s < nsizes; s++)
-                printf(" %10" PRIu64, res[s].capacity);
+                printf(" %12" PRIu64, res[s].capacity);
             printf("\n");
             for (int r = 0; r < SIM_NROWS; r++) {
                 printf("%-8s", row_name(r));
                 for (int s = 0; s < nsizes; s++) {
                     double v = pass ? (measured_bytes ? (double)res[s].hit_bytes[r] / (double)measured_bytes : 0)
                                     : (measured ? (double)res[s].hits[r] / (double)measured : 0);
-                    printf(" %10.3f", v);
+                    printf(" %12.3f", v);
                 }
                 printf("\n");
             }

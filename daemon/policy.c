@@ -34,26 +34,34 @@
  *         newcomer whose hash is in the ghost goes straight to main.
  *
  * epoch   For datasets read once per epoch.  When a dataset D a little
- *         larger than the cache C is read over and over, every policy that
+ *         larger than the tier C is read over and over, every policy that
  *         always admits churns: each newcomer evicts an item that will be
  *         read before the newcomer is read again (LRU gets 0% when the order
  *         repeats).  Keeping any fixed subset instead hits C/D of the reads,
- *         the optimum.  So: the order is LRU, but policy_admit lets a
- *         newcomer in (when the tier is full) only if the LRU tail is stale,
- *         i.e. has not been read for more than
- *             T = max(EPOCH_T_ITEMS * items, EPOCH_T_HITS * mean hit age)
- *         accesses (misses and hits counted).  The mean hit age is an EWMA
- *         of how long hit items had waited since their previous access: the
- *         re-reference interval that residents actually achieve.  Under
- *         epochs it is about one epoch, and no resident waits more than two
- *         epochs (shuffled) or one (same order), so nothing is ever stale and
- *         the resident subset stays fixed.  Under a Zipf-like or shifting
- *         workload the hits come quickly, the cold tail is soon stale, and
- *         the policy behaves like LRU with a short minimum residency; a
- *         one-pass scan's items are refused while the hot set is fresh.  The
- *         items floor keeps a cache that has seen no hits yet (or LRU-churn
- *         with none) from admitting everything.  When a workload ends its
- *         items go stale and the next one takes the space.
+ *         the optimum.  So the order is LRU, but a full tier admits a
+ *         newcomer only on evidence that it is worth more than the LRU tail.
+ *         The clock counts accesses (policy_admit + policy_hit).  The hit
+ *         age H is an EWMA of how long hit residents had been idle: the
+ *         re-reference interval that residents achieve, about one epoch
+ *         under epochs.  A resident is stale once idle for more than
+ *         T = max(2 * items, 3 * H).  A ghost remembers the hashes of the
+ *         last 4 * items refused keys and when each was refused.  Admit if
+ *          1. the tail is stale and the newcomer was refused less than T
+ *             ago: it is re-read more often than the tail.  LRU-like
+ *             turnover for hot sets (Zipf) and drift; first sightings and
+ *             one-pass scans are refused.
+ *          2. or refused keys come back (ghost hits per ghost entry) more
+ *             than twice as often as residents are hit (per resident) over
+ *             the last one or two windows of max(H, items) accesses: the
+ *             workload moved on (a new job's dataset gets in after about
+ *             two of its epochs).
+ *          3. or the tail has been idle for 4 T (abandoned) and the key is
+ *             in a fixed 1/8 sample of hashes: the last resort when the
+ *             new workload's re-reads are too far apart for the ghost.
+ *         Under epochs no resident idles more than two epochs (shuffled) or
+ *         one (same order), less than T, and refused keys come back at the
+ *         same rate as residents, so nothing is admitted and the resident
+ *         subset stays fixed: C/D of the reads hit.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -71,8 +79,8 @@
 #define GHOST_DEAD UINT64_MAX   /* ring size of an entry taken back */
 #define EPOCH_T_ITEMS 2         /* stale after at least 2 * items accesses */
 #define EPOCH_T_HITS 3          /* ... and 3 * the mean hit age */
-#define EPOCH_ABANDONED 2      /* ... and admit anything past 2 * T */
-#define EPOCH_TRICKLE 8         /* ... one key in 8 */
+#define EPOCH_ABANDONED 4       /* tail idle > 4 T: residents abandoned... */
+#define EPOCH_TRICKLE 8         /* ... so admit a fixed one key in 8 */
 #define EPOCH_GHOST 4           /* remember 4x the items of refused keys */
 #define EPOCH_RATE_X 2          /* refused keys' hit rate per key that beats residents' */
 #define EPOCH_RATE_MIN 16       /* ... with at least this much evidence */
@@ -81,10 +89,11 @@
 enum { W_NONE, W_PINNED, W_Q0, W_Q1 };      /* policy_node.where */
 enum { F_VISITED = 1, F_VICTIM = 2 };       /* policy_node.flags */
 
-/* S3-FIFO's ghost: a ring of (hash, size) in eviction order, with an
- * open-addressing index hash -> ring sequence number.  Entries [tail, head)
- * are in the ring; one taken back is marked dead and skipped when it
- * leaves.  The index holds exactly the live entries. */
+/* A ghost (S3-FIFO: keys evicted from the small FIFO; epoch: refused keys):
+ * a ring of (hash, size, clock) in the order added, with an open-addressing
+ * index hash -> ring sequence number.  Entries [tail, head) are in the ring;
+ * one taken back is marked dead, skipped when it leaves and squeezed out
+ * when the ring fills.  The index holds exactly the live entries. */
 typedef struct ghost_slot {
     uint64_t hash;
     uint64_t seq;               /* 0: empty */
@@ -116,7 +125,7 @@ struct policy {
     unsigned minf;              /* lfu: lowest non-empty bucket (when qcount[0]) */
     uint64_t since_age;         /* lfu: hits + inserts since the last ageing */
     uint64_t small_target;      /* s3fifo: bytes of the small FIFO */
-    ghost ghost;                /* s3fifo */
+    ghost ghost;                /* s3fifo, epoch */
     double hit_age;             /* epoch: EWMA of the ages at hits, 0 = no hit yet */
     uint64_t res_hits[2];       /* epoch: hits on residents, last window and this one */
     uint64_t ghost_hits[2];     /* epoch: misses on refused keys still in the ghost, ditto */
@@ -258,22 +267,24 @@ static void ghost_pop(ghost *g)
     g->live--;
 }
 
-/* Double the ring, dropping dead entries.  -ENOMEM leaves g as it was. */
-static int ghost_grow(ghost *g)
+/* Move the live entries, oldest first, into a ring of rcap entries (the
+ * same size, to squeeze dead entries out, or larger).  -ENOMEM leaves g as
+ * it was. */
+static int ghost_rebuild(ghost *g, uint64_t rcap)
 {
     ghost n;
     uint64_t seq = 1;
 
     memset(&n, 0, sizeof(n));
-    if (ghost_alloc(&n, 2 * g->rcap) < 0)
+    if (ghost_alloc(&n, rcap) < 0)
         return -ENOMEM;
     for (uint64_t s = g->tail; s != g->head; s++) {
-        uint64_t r = s & (g->rcap - 1);
+        uint64_t r = s & (g->rcap - 1), nr = seq & (n.rcap - 1);
         if (g->rsize[r] == GHOST_DEAD)
             continue;
-        n.rhash[seq & (n.rcap - 1)] = g->rhash[r];
-        n.rsize[seq & (n.rcap - 1)] = g->rsize[r];
-        n.rstamp[seq & (n.rcap - 1)] = g->rstamp[r];
+        n.rhash[nr] = g->rhash[r];
+        n.rsize[nr] = g->rsize[r];
+        n.rstamp[nr] = g->rstamp[r];
         ghost_idx_put(&n, g->rhash[r], seq);
         seq++;
     }
@@ -311,9 +322,15 @@ static void ghost_add(ghost *g, uint64_t h, uint64_t size, uint64_t stamp,
                       uint64_t max_bytes, uint64_t max_entries)
 {
     ghost_take(g, h, NULL);
-    if (g->head - g->tail == g->rcap &&
-        (g->rcap >= max_entries || ghost_grow(g) < 0))
-        ghost_pop(g);
+    if (g->head - g->tail == g->rcap) {
+        /* Full: squeeze out taken-back entries if they are half the ring,
+         * else grow up to max_entries, else forget the oldest.  Each
+         * rebuild is paid for by rcap / 2 adds since the last one. */
+        uint64_t cap = g->live < g->rcap / 2 ? g->rcap
+                     : g->rcap < max_entries ? 2 * g->rcap : 0;
+        if (!cap || ghost_rebuild(g, cap) < 0)
+            ghost_pop(g);
+    }
     uint64_t seq = g->head++, r = seq & (g->rcap - 1);
     g->rhash[r] = h;
     g->rsize[r] = size;
@@ -437,9 +454,9 @@ static policy_node *s3_victim(policy *p)
     }
 }
 
-/* ---- kind dispatch: attach/detach a node to the unpinned structure ---- */
+/* ---- epoch ---- */
 
-/* The node's age in epoch's clock, and the age above which it is stale. */
+/* T: a resident idle for more accesses than this is stale. */
 static uint64_t epoch_stale_after(const policy *p)
 {
     uint64_t t = EPOCH_T_ITEMS * p->count;
@@ -491,6 +508,8 @@ static int epoch_admit(policy *p, uint64_t key_hash, uint64_t size)
               EPOCH_GHOST * (p->count > GHOST_MIN ? p->count : GHOST_MIN));
     return 0;
 }
+
+/* ---- kind dispatch: attach/detach a node to the unpinned structure ---- */
 
 /* Put n (not inserted, or just taken off the pinned list) among the
  * evictable nodes.  fresh: a new insert rather than an unpin. */

@@ -6,8 +6,9 @@
  * policy_node in each entry and keeps owning the entry, its memory and its
  * lookup (hash table); the policy only links nodes and keeps per-node
  * metadata (recency, frequency, bits).  Nothing is allocated per operation,
- * except that S3-FIFO's ghost table of recently evicted key hashes grows
- * geometrically with the number of items.
+ * except that the ghost tables of s3fifo (key hashes recently evicted) and
+ * epoch (key hashes recently refused) grow geometrically with the number of
+ * items, to at most 2 (s3fifo) or 4 (epoch) entries of 56 bytes per item.
  *
  * Kinds (see policy.c for each algorithm and its reason):
  *   lru     least recently used.
@@ -15,9 +16,12 @@
  *           so that yesterday's hot set does not squat forever; ties by LRU.
  *   sieve   SIEVE (NSDI'24): one FIFO, a visited bit and a moving hand.
  *   s3fifo  S3-FIFO (SOSP'23): small FIFO (10%), main FIFO, ghost FIFO.
- *   epoch   for training epochs: LRU order, but a newcomer may only displace
- *           a resident that has gone stale, which keeps a stable subset when
- *           a dataset larger than the tier is read once per epoch.
+ *   epoch   for training epochs: LRU order, but a full tier admits a
+ *           newcomer only on evidence that it is worth more than the LRU
+ *           tail (the tail went stale and the newcomer is warm, or refused
+ *           keys come back more often than residents are hit).  Keeps a
+ *           stable subset, C/D of the reads, when a dataset D larger than
+ *           the tier C is read once per epoch, same order or shuffled.
  *
  * Caller protocol, for an access to key k of size bytes:
  *

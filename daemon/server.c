@@ -183,6 +183,7 @@ static int conn_flush(conn *c)
 
         if (m->nfds) {
             struct cmsghdr *cm;
+            memset(&ctl, 0, sizeof(ctl));   /* CMSG_SPACE padding too */
             mh.msg_control = ctl.buf;
             mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)m->nfds);
             cm = CMSG_FIRSTHDR(&mh);
