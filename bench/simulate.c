@@ -146,10 +146,14 @@ static int trace_load(sim_trace *t, const char *path)
             while (*s == ' ' || *s == '\t')
                 s++;
             if (!strncmp(s, "epoch", 5) && (s[5] == ' ' || s[5] == '\n' || !s[5])) {
-                if (t->nepochs == t->ecap) {
+                if (t->nepochs && t->epoch_at[t->nepochs - 1] == t->n)
+                    continue;           /* an empty epoch */
+                if (t->nepochs + 2 > t->ecap) {
                     t->ecap = t->ecap ? 2 * t->ecap : 64;
                     t->epoch_at = xrealloc(t->epoch_at, t->ecap * sizeof(*t->epoch_at));
                 }
+                if (!t->nepochs && t->n)
+                    t->epoch_at[t->nepochs++] = 0;  /* accesses before the first mark */
                 t->epoch_at[t->nepochs++] = t->n;
             }
             continue;
@@ -556,6 +560,8 @@ int main(int argc, char **argv)
         printf("trace %s: %" PRIu64 " accesses (%" PRIu64 " measured, after %" PRIu64
                " warm-up), %" PRIu64 " keys, %" PRIu64 " bytes (D)\n",
                path, t.n, measured, warm, t.nkeys, t.unique_bytes);
+        if (!measured)
+            printf("note: every access is in the warm-up; nothing measured\n");
         if (t.size_mismatches)
             printf("note: %" PRIu64 " lines gave a key another size than its first; ignored\n",
                    t.size_mismatches);

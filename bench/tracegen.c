@@ -24,14 +24,13 @@ typedef struct tg_opts {
     uint64_t seed;
     double alpha;
     int shuffle;
+    uint64_t rng;               /* generator state, from the seed */
 } tg_opts;
 
-static uint64_t rng_state;
-
 /* splitmix64: small, fast, good enough for traces. */
-static uint64_t rng_next(void)
+static uint64_t rng_next(uint64_t *state)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
 
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -39,15 +38,15 @@ static uint64_t rng_next(void)
 }
 
 /* Uniform in [0, n). */
-static uint64_t rng_below(uint64_t n)
+static uint64_t rng_below(uint64_t *state, uint64_t n)
 {
-    return (uint64_t)(((unsigned __int128)rng_next() * n) >> 64);
+    return (uint64_t)(((unsigned __int128)rng_next(state) * n) >> 64);
 }
 
 /* Uniform in [0, 1). */
-static double rng_unit(void)
+static double rng_unit(uint64_t *state)
 {
-    return (double)(rng_next() >> 11) * 0x1.0p-53;
+    return (double)(rng_next(state) >> 11) * 0x1.0p-53;
 }
 
 /* Key i's size: fixed, or drawn once per key from its own stream. */
@@ -115,7 +114,7 @@ static void usage(FILE *f)
             "order, wrapping around.  Defaults: --size 1, --alpha 1.0, --seed 1.\n");
 }
 
-static void gen_epochs(const tg_opts *o)
+static void gen_epochs(tg_opts *o)
 {
     uint64_t *order = malloc(o->items * sizeof(*order));
 
@@ -128,7 +127,7 @@ static void gen_epochs(const tg_opts *o)
     for (uint64_t e = 0; e < o->epochs; e++) {
         if (o->shuffle)
             for (uint64_t i = o->items; i > 1; i--) {
-                uint64_t j = rng_below(i), t = order[i - 1];
+                uint64_t j = rng_below(&o->rng, i), t = order[i - 1];
                 order[i - 1] = order[j];
                 order[j] = t;
             }
@@ -139,7 +138,7 @@ static void gen_epochs(const tg_opts *o)
     free(order);
 }
 
-static void gen_zipf(const tg_opts *o)
+static void gen_zipf(tg_opts *o)
 {
     double *cdf = malloc(o->items * sizeof(*cdf)), sum = 0;
 
@@ -150,7 +149,7 @@ static void gen_zipf(const tg_opts *o)
     for (uint64_t i = 0; i < o->items; i++)
         cdf[i] = (sum += pow((double)(i + 1), -o->alpha));
     for (uint64_t a = 0; a < o->accesses; a++) {
-        double u = rng_unit() * sum;
+        double u = rng_unit(&o->rng) * sum;
         uint64_t lo = 0, hi = o->items - 1;
         while (lo < hi) {
             uint64_t mid = lo + (hi - lo) / 2;
@@ -164,13 +163,13 @@ static void gen_zipf(const tg_opts *o)
     free(cdf);
 }
 
-static void gen_scanmix(const tg_opts *o)
+static void gen_scanmix(tg_opts *o)
 {
     uint64_t cursor = 0;
 
     for (uint64_t a = 0; a < o->accesses; a++) {
-        if (rng_next() & 1) {
-            uint64_t k = rng_below(o->hot);
+        if (rng_next(&o->rng) & 1) {
+            uint64_t k = rng_below(&o->rng, o->hot);
             printf("h%" PRIu64 " %" PRIu64 "\n", k, key_size(o, k));
         } else {
             printf("s%" PRIu64 " %" PRIu64 "\n", cursor, key_size(o, o->hot + cursor));
@@ -228,7 +227,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    rng_state = o.seed;
+    o.rng = o.seed;
     if (!strcmp(o.pattern, "epochs") && o.items && o.epochs) {
         printf("# tracegen epochs --items %" PRIu64 " --epochs %" PRIu64 "%s --seed %" PRIu64 "\n",
                o.items, o.epochs, o.shuffle ? " --shuffle" : "", o.seed);

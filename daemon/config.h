@@ -30,6 +30,7 @@ typedef struct gr_config {
     int io_threads;            /* threads for source reads and RocksDB calls, 1..256 */
     log_level log_level;       /* error | warn | info | debug */
     int max_clients;           /* connections accepted at once, 1..65536 */
+    char trace_file[PATH_MAX]; /* chunk lookups are appended here; "" = off */
     /* [source] */
     char roots[CONFIG_MAX_ROOTS][PATH_MAX]; /* colon-separated in the file, absolute */
     int nroots;

@@ -58,6 +58,7 @@ struct fetcher {
     pending *buckets[PENDING_BUCKETS];
     unsigned inflight;
     uint64_t wb_bytes, wb_max;  /* write-behind bytes queued, and the bound */
+    FILE *trace;                /* lookups are recorded here when set */
 };
 
 int fetcher_new(dram *d, store *nvme, source *src, workers *w, gr_stats *stats,
@@ -83,9 +84,19 @@ void fetcher_free(fetcher **fxp)
     *fxp = NULL;
 }
 
+void fetcher_set_trace(fetcher *fx, FILE *trace)
+{
+    fx->trace = trace;
+}
+
 unsigned fetcher_inflight(const fetcher *fx)
 {
     return fx->inflight;
+}
+
+uint64_t fetcher_writeback_bytes(const fetcher *fx)
+{
+    return fx->wb_bytes;
 }
 
 static size_t pending_bucket(const uint8_t *key)
@@ -180,7 +191,9 @@ static void fetch_done(wq_job *j)
     fx->inflight--;
     if (p->nvme_bad)
         fx->stats->nvme_checksum_errors++;
-    if (p->from == FROM_SOURCE) {
+    if (p->from == FROM_NVME) {
+        fx->stats->nvme_promotions++;
+    } else if (p->from == FROM_SOURCE) {
         fx->stats->source_reads++;
         fx->stats->source_bytes_read += p->c->len;
     } else if (p->from == FROM_NONE) {
@@ -218,6 +231,9 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg)
     size_t b;
 
     chunk_key(key, f->id, idx);
+    if (fx->trace)
+        fprintf(fx->trace, "%016llx %llu\n", (unsigned long long)XXH3_64bits(key, CHUNK_KEY_LEN),
+                (unsigned long long)srcfile_chunk_len(f, idx));
     c = dram_get(fx->dram, key);
     if (c) {
         fx->stats->hits_dram++;

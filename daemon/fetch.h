@@ -14,6 +14,8 @@
 #ifndef GR_FETCH_H
 #define GR_FETCH_H
 
+#include <stdio.h>
+
 #include "cache.h"
 #include "source.h"
 #include "stats.h"
@@ -44,7 +46,13 @@ void fetcher_free(fetcher **fx);
  */
 void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg);
 
-/* Fetches in flight. */
+/* Record every lookup from now on as a "KEY SIZE" line on trace (borrowed,
+ * NULL to stop): KEY is 16 hex digits of the chunk key's hash, SIZE the
+ * chunk's length.  The simulator in bench/ replays such files. */
+void fetcher_set_trace(fetcher *fx, FILE *trace);
+
+/* Fetches in flight, and bytes queued for write-behind. */
 unsigned fetcher_inflight(const fetcher *fx);
+uint64_t fetcher_writeback_bytes(const fetcher *fx);
 
 #endif

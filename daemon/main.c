@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     workers *w = NULL;
     fetcher *fx = NULL;
     server *srv = NULL;
+    FILE *trace = NULL;
 
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (opt) {
@@ -157,6 +158,15 @@ int main(int argc, char **argv)
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
                     &fx) < 0)
         goto fail;
+    if (cfg.trace_file[0]) {
+        trace = fopen(cfg.trace_file, "ae");
+        if (!trace) {
+            log_error("trace_file %s: %s", cfg.trace_file, strerror(errno));
+            goto fail;
+        }
+        fetcher_set_trace(fx, trace);
+        log_info("recording chunk lookups to %s", cfg.trace_file);
+    }
     {
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .w = w,
@@ -182,6 +192,8 @@ fail:
     workers_stop(&w);
     server_free(&srv);
     fetcher_free(&fx);
+    if (trace)
+        fclose(trace);
     if (sigterm)
         event_free(sigterm);
     if (sigint)

@@ -612,9 +612,10 @@ int policy_new(policy_kind k, uint64_t capacity, policy **out)
         for (unsigned f = 0; f <= LFU_FMAX; f++)
             pl_init(&p->bucket[f]);
     }
-    if (k == POLICY_S3FIFO || k == POLICY_EPOCH) {
+    if (k == POLICY_S3FIFO)
         p->small_target = capacity / 100 * S3_SMALL_PCT +
                           capacity % 100 * S3_SMALL_PCT / 100;
+    if (k == POLICY_S3FIFO || k == POLICY_EPOCH) {
         if (ghost_alloc(&p->ghost, GHOST_MIN) < 0)
             goto fail;
         p->ghost.head = p->ghost.tail = 1;

@@ -8,7 +8,8 @@
  * metadata (recency, frequency, bits).  Nothing is allocated per operation,
  * except that the ghost tables of s3fifo (key hashes recently evicted) and
  * epoch (key hashes recently refused) grow geometrically with the number of
- * items, to at most 2 (s3fifo) or 4 (epoch) entries of 56 bytes per item.
+ * items: 56 bytes per entry, at most 4 (s3fifo) or 8 (epoch) entries per
+ * item inserted (about 2 and 4 in steady state).
  *
  * Kinds (see policy.c for each algorithm and its reason):
  *   lru     least recently used.
@@ -113,7 +114,7 @@ int policy_admit(policy *p, uint64_t key_hash, uint64_t size);
  * until policy_remove. */
 void policy_insert(policy *p, policy_node *n);
 
-/* An inserted node was accessed. */
+/* An inserted node (pinned or not) was accessed. */
 void policy_hit(policy *p, policy_node *n);
 
 /* An inserted node leaves the tier (evicted after policy_victim, deleted,

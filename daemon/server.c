@@ -1074,6 +1074,7 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;
     out->fetches_inflight = fetcher_inflight(s->d.fx);
+    out->writeback_queue_bytes = fetcher_writeback_bytes(s->d.fx);
     out->connections = s->nconns;
     if (s->d.nvme) {
         store_stats ns;

@@ -15,7 +15,8 @@
     X(counter, hits_dram,            "chunk lookups served from the DRAM tier") \
     X(counter, hits_nvme,            "chunk lookups served from the NVMe tier") \
     X(counter, misses,               "chunk lookups that read the source") \
-    X(counter, fetch_joins,          "lookups that joined a fetch already in flight") \
+    X(counter, fetch_joins,          "lookups that joined a fetch already in flight (single-flight)") \
+    X(counter, nvme_promotions,      "chunks copied from the NVMe tier up into DRAM") \
     X(counter, bytes_served,         "file bytes sent to clients") \
     X(counter, requests,             "requests received") \
     X(counter, request_errors,       "requests answered with an error") \
@@ -38,6 +39,7 @@
     X(counter, connections_refused,  "client connections refused (max_clients)") \
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
+    X(gauge,   writeback_queue_bytes, "bytes queued for writing to the NVMe tier") \
     X(gauge,   leases_active,        "leases held by clients") \
     X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \
     X(gauge,   dram_used_bytes,      "arena bytes in use: cached, leased or in flight") \

@@ -199,6 +199,7 @@ START_TEST(test_warm_restart)
     ck_assert_uint_eq(tu_stat(&d, "source_bytes_read"), 0);
     ck_assert_uint_eq(tu_stat(&d, "misses"), 0);
     ck_assert_uint_ge(tu_stat(&d, "hits_nvme"), 22);  /* per lookup: a chunk may be asked twice */
+    ck_assert_uint_eq(tu_stat(&d, "nvme_promotions"), 22);  /* each chunk read from disk once */
 }
 END_TEST
 
@@ -375,6 +376,51 @@ START_TEST(test_small_dram_no_amplification)
     gr_disconnect(c);
     ck_assert_uint_le(tu_stat(&d, "source_bytes_read"), size + size / 10);
     ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 1u << 20);
+}
+END_TEST
+
+/* trace_file records one "KEY SIZE" line per chunk lookup, the format the
+ * simulator replays. */
+START_TEST(test_trace_file)
+{
+    char conf[1200], trace[1024], line[128];
+    gr_client *c;
+    FILE *f;
+    int n = 0;
+
+    start(NULL);
+    snprintf(trace, sizeof(trace), "%s/trace.txt", d.dir);
+    snprintf(conf, sizeof(conf), "[daemon]\ntrace_file = %s\n", trace);
+    f = fopen(d.conf, "a");
+    fputs(conf, f);
+    fclose(f);
+    tu_write_pattern(src_path("t"), 71, 2 * CHUNK + 10);
+    boot();
+    c = gr_connect(d.sock);
+    read_whole(c, src_path("t"), 71, 2 * CHUNK + 10, 1 << 20);
+    read_whole(c, src_path("t"), 71, 2 * CHUNK + 10, 1 << 20);
+    gr_disconnect(c);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    f = fopen(trace, "r");
+    ck_assert_ptr_nonnull(f);
+    {
+        char keys[6][32];
+        unsigned long long sizes[6];
+        while (n < 6 && fgets(line, sizeof(line), f)) {
+            ck_assert_int_eq(sscanf(line, "%31s %llu", keys[n], &sizes[n]), 2);
+            ck_assert_uint_eq(strlen(keys[n]), 16);
+            n++;
+        }
+        ck_assert_int_eq(n, 6);
+        ck_assert_ptr_null(fgets(line, sizeof(line), f));
+        /* Same chunks in the same order, twice; the last one short. */
+        for (int i = 0; i < 3; i++)
+            ck_assert_str_eq(keys[i], keys[i + 3]);
+        ck_assert_str_ne(keys[0], keys[1]);
+        ck_assert_uint_eq(sizes[0], CHUNK);
+        ck_assert_uint_eq(sizes[2], 10);
+    }
+    fclose(f);
 }
 END_TEST
 
@@ -737,6 +783,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_shm_lease_pins_block);
     tcase_add_test(tc, test_shm_lease_limit);
     tcase_add_test(tc, test_small_dram_no_amplification);
+    tcase_add_test(tc, test_trace_file);
     tcase_add_test(tc, test_rewritten_file);
     tcase_add_test(tc, test_changed_while_open);
     tcase_add_test(tc, test_refused_paths);
