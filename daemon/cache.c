@@ -1,8 +1,12 @@
 /*
- * cache.c - chunks and the DRAM tier (see cache.h).  A chained hash table
- * keyed by the chunk key plus an intrusive LRU list; the table doubles when
- * it holds as many chunks as buckets.  Room is made when a chunk is
- * allocated, not when it is put: the arena is the limit.
+ * cache.c - chunks and the DRAM tier (see cache.h).
+ *
+ * A chained hash table keyed by the chunk key finds chunks; arena chunks are
+ * ordered by the tier's eviction policy (policy.h), heap chunks by a plain
+ * LRU list of their own (the overflow).  The table doubles when it holds as
+ * many chunks as buckets.  Room is made when a chunk is allocated, not when
+ * it is put: the arena is the limit, and the policy is asked for victims
+ * until a block frees up (a victim still leased frees nothing yet).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,21 +18,15 @@
 
 #define SEGMENT_MAX (64ull << 20)
 
-/* An LRU list: head most recent. */
-typedef struct lru_list {
-    chunk *head, *tail;
-} lru_list;
-
 struct dram {
     arena *ar;
-    uint64_t used;              /* bytes of the arena chunks held */
+    policy *pol;                /* orders the arena chunks held */
     uint64_t oused, ocap;       /* bytes of the heap chunks held, and their cap */
-    uint64_t evictions, heap_fallbacks;
-    size_t count;
+    uint64_t evictions, heap_fallbacks, not_admitted;
+    size_t count;               /* chunks held, arena and heap */
     chunk **buckets;
     size_t nbuckets;            /* power of two */
-    lru_list arena_lru;         /* chunks in arena blocks */
-    lru_list heap_lru;          /* overflow: heap chunks made while the arena was pinned */
+    chunk *ohead, *otail;       /* overflow LRU: head most recent */
 };
 
 void chunk_key(uint8_t key[CHUNK_KEY_LEN], const uint8_t id[16], uint64_t idx)
@@ -79,19 +77,32 @@ void chunk_unref(chunk **cp)
     }
 }
 
-static size_t bucket_of(const dram *d, const uint8_t *key)
+static uint64_t key_hash(const uint8_t *key)
 {
-    return (size_t)XXH3_64bits(key, CHUNK_KEY_LEN) & (d->nbuckets - 1);
+    return XXH3_64bits(key, CHUNK_KEY_LEN);
 }
 
-int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_t errlen)
+static size_t bucket_of(const dram *d, const uint8_t *key)
+{
+    return (size_t)key_hash(key) & (d->nbuckets - 1);
+}
+
+int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
+             char *err, size_t errlen)
 {
     dram *d = calloc(1, sizeof(*d));
-    uint64_t seg = SEGMENT_MAX;
+    uint64_t seg = SEGMENT_MAX, acap;
+    policy_kind kind = POLICY_LRU;
     int rc;
 
     if (!d)
         return -ENOMEM;
+    if (policy_name && *policy_name && policy_kind_parse(policy_name, &kind) < 0) {
+        snprintf(err, errlen, "[dram] policy \"%s\" is not one of lru, lfu, sieve, s3fifo, epoch",
+                 policy_name);
+        free(d);
+        return -EINVAL;
+    }
     while (seg < max_chunk)
         seg *= 2;
     /* An eighth of the capacity is the heap overflow (see dram_put), the
@@ -108,17 +119,20 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_
         free(d);
         return -EINVAL;
     }
-    rc = arena_new(capacity - capacity % seg, seg, &d->ar, err, errlen);
-    if (rc < 0) {
-        free(d);
-        return rc;
+    acap = capacity - capacity % seg;
+    rc = arena_new(acap, seg, &d->ar, err, errlen);
+    if (rc == 0) {
+        rc = policy_new(kind, acap, &d->pol);
+        if (rc < 0)
+            snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     }
     d->nbuckets = 1024;
     d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
-    if (!d->buckets) {
-        arena_free(&d->ar);
-        free(d);
-        return -ENOMEM;
+    if (rc == 0 && !d->buckets)
+        rc = -ENOMEM;
+    if (rc < 0) {
+        dram_free(&d);
+        return rc;
     }
     *out = d;
     return 0;
@@ -129,37 +143,28 @@ arena *dram_arena(dram *d)
     return d->ar;
 }
 
-static lru_list *list_of(dram *d, const chunk *c)
+static void overflow_unlink(dram *d, chunk *c)
 {
-    return c->ar ? &d->arena_lru : &d->heap_lru;
-}
-
-static void lru_unlink(dram *d, chunk *c)
-{
-    lru_list *l = list_of(d, c);
-
     if (c->prev)
         c->prev->next = c->next;
     else
-        l->head = c->next;
+        d->ohead = c->next;
     if (c->next)
         c->next->prev = c->prev;
     else
-        l->tail = c->prev;
+        d->otail = c->prev;
     c->prev = c->next = NULL;
 }
 
-static void lru_push(dram *d, chunk *c)
+static void overflow_push(dram *d, chunk *c)
 {
-    lru_list *l = list_of(d, c);
-
-    c->next = l->head;
+    c->next = d->ohead;
     c->prev = NULL;
-    if (l->head)
-        l->head->prev = c;
+    if (d->ohead)
+        d->ohead->prev = c;
     else
-        l->tail = c;
-    l->head = c;
+        d->otail = c;
+    d->ohead = c;
 }
 
 /* Remove c from the tier and drop the tier's reference. */
@@ -171,14 +176,21 @@ static void dram_remove(dram *d, chunk *c)
         pp = &(*pp)->hnext;
     *pp = c->hnext;
     c->hnext = NULL;
-    lru_unlink(d, c);
-    c->in_tier = 0;
-    if (c->ar)
-        d->used -= c->cap;
-    else
+    if (c->ar) {
+        policy_remove(d->pol, &c->pn);
+    } else {
+        overflow_unlink(d, c);
         d->oused -= c->cap;
+    }
+    c->in_tier = 0;
     d->count--;
     chunk_unref(&c);
+}
+
+/* The chunk that embeds policy node n. */
+static chunk *chunk_of(policy_node *n)
+{
+    return (chunk *)((char *)n - offsetof(chunk, pn));
 }
 
 void dram_free(dram **dp)
@@ -187,10 +199,11 @@ void dram_free(dram **dp)
 
     if (!d)
         return;
-    while (d->arena_lru.head)
-        dram_remove(d, d->arena_lru.head);
-    while (d->heap_lru.head)
-        dram_remove(d, d->heap_lru.head);
+    if (d->buckets)
+        for (size_t i = 0; i < d->nbuckets; i++)
+            while (d->buckets[i])
+                dram_remove(d, d->buckets[i]);
+    policy_free(&d->pol);
     arena_free(&d->ar);
     free(d->buckets);
     free(d);
@@ -211,8 +224,12 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
 
     if (!c)
         return NULL;
-    lru_unlink(d, c);
-    lru_push(d, c);
+    if (c->ar) {
+        policy_hit(d->pol, &c->pn);
+    } else {
+        overflow_unlink(d, c);
+        overflow_push(d, c);
+    }
     return chunk_ref(c);
 }
 
@@ -227,7 +244,7 @@ static void dram_grow(dram *d)
         chunk *c = d->buckets[i];
         while (c) {
             chunk *next = c->hnext;
-            size_t k = (size_t)XXH3_64bits(c->key, CHUNK_KEY_LEN) & (nb - 1);
+            size_t k = (size_t)key_hash(c->key) & (nb - 1);
             c->hnext = b[k];
             b[k] = c;
             c = next;
@@ -238,23 +255,43 @@ static void dram_grow(dram *d)
     d->nbuckets = nb;
 }
 
+/* Block size arena_alloc would give for len bytes (for the policy). */
+static uint64_t block_size(uint64_t len)
+{
+    uint64_t b = ARENA_MIN_BLOCK;
+
+    while (b < len)
+        b *= 2;
+    return b;
+}
+
 chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
 {
     arena_block blk;
     chunk *c;
+    int admitted, rc;
 
     if (len == 0)
         len = 1;
+    admitted = policy_admit(d->pol, key_hash(key), block_size(len));
+    if (!admitted)
+        d->not_admitted++;
     /* Evict until a block frees up.  A victim still leased or being sent
      * frees nothing yet, and buddies may need several victims to merge, so
-     * this can take more than one. */
-    while (arena_alloc(d->ar, len, &blk) == -ENOMEM) {
-        if (!d->arena_lru.tail) {
-            d->heap_fallbacks++;
-            return chunk_new(key, len);
-        }
-        dram_remove(d, d->arena_lru.tail);
+     * this can take more than one.  A refused chunk displaces nothing. */
+    while ((rc = arena_alloc(d->ar, len, &blk)) == -ENOMEM && admitted) {
+        policy_node *v = policy_victim(d->pol);
+        if (!v)
+            break;
+        dram_remove(d, chunk_of(v));
         d->evictions++;
+    }
+    if (rc < 0) {
+        d->heap_fallbacks++;
+        c = chunk_new(key, len);
+        if (c)
+            c->admitted = admitted;
+        return c;
     }
     c = calloc(1, sizeof(*c));
     if (!c) {
@@ -267,6 +304,7 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
     c->blk = blk;
     c->data = blk.ptr;
     c->cap = (uint32_t)blk.size;
+    c->admitted = admitted;
     return c;
 }
 
@@ -279,7 +317,12 @@ void dram_put(dram *d, chunk *c)
         return;
     if (old)
         dram_remove(d, old);
-    if (!c->ar) {
+    if (c->ar) {
+        if (!c->admitted)
+            return;
+        policy_node_init(&c->pn, key_hash(c->key), c->cap);
+        policy_insert(d->pol, &c->pn);
+    } else {
         /* The overflow keeps a heap chunk just long enough for the client
          * to come back for the rest of it: an inline reply carries at most
          * PROTO_MAX_DATA, and refetching from the source would multiply the
@@ -287,37 +330,30 @@ void dram_put(dram *d, chunk *c)
         if (c->cap > d->ocap)
             return;
         while (d->oused + c->cap > d->ocap)
-            dram_remove(d, d->heap_lru.tail);
+            dram_remove(d, d->otail);
         d->oused += c->cap;
-    } else {
-        d->used += c->cap;
+        overflow_push(d, c);
     }
     if (d->count >= d->nbuckets)
         dram_grow(d);
     k = bucket_of(d, c->key);
     c->hnext = d->buckets[k];
     d->buckets[k] = chunk_ref(c);
-    lru_push(d, c);
     c->in_tier = 1;
     d->count++;
 }
 
-static void drop_prefix_list(dram *d, lru_list *l, const uint8_t *prefix, size_t plen)
-{
-    chunk *c = l->head;
-
-    while (c) {
-        chunk *next = c->next;
-        if (memcmp(c->key, prefix, plen) == 0)
-            dram_remove(d, c);
-        c = next;
-    }
-}
-
 void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
 {
-    drop_prefix_list(d, &d->arena_lru, prefix, plen);
-    drop_prefix_list(d, &d->heap_lru, prefix, plen);
+    for (size_t i = 0; i < d->nbuckets; i++) {
+        chunk *c = d->buckets[i];
+        while (c) {
+            chunk *next = c->hnext;
+            if (memcmp(c->key, prefix, plen) == 0)
+                dram_remove(d, c);
+            c = next;
+        }
+    }
 }
 
 void dram_get_stats(const dram *d, dram_stats *out)
@@ -327,8 +363,9 @@ void dram_get_stats(const dram *d, dram_stats *out)
     arena_get_stats(d->ar, &as);
     out->capacity_bytes = as.capacity_bytes + d->ocap;
     out->used_bytes = as.used_bytes + d->oused;
-    out->cached_bytes = d->used + d->oused;
+    out->cached_bytes = policy_used(d->pol) + d->oused;
     out->chunks = d->count;
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;
+    out->not_admitted = d->not_admitted;
 }

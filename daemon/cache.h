@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "policy.h"
 
 #define CHUNK_KEY_LEN 24    /* file id (16) + big-endian chunk index (8) */
 
@@ -42,8 +43,10 @@ struct chunk {
     arena *ar;              /* the arena of blk, NULL for a heap chunk */
     arena_block blk;        /* where data lives when ar is set */
     chunk *hnext;           /* tier hash chain */
-    chunk *prev, *next;     /* tier LRU list, most recent at the head */
+    policy_node pn;         /* the tier's eviction policy (arena chunks) */
+    chunk *prev, *next;     /* the overflow's LRU list (heap chunks) */
     int in_tier;
+    int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
 };
 
 /* Build a key from a file id and a chunk index. */
@@ -59,6 +62,7 @@ void chunk_unref(chunk **c);
 typedef struct dram dram;
 
 typedef struct dram_stats {
+    uint64_t not_admitted;      /* misses the policy chose not to cache */
     uint64_t capacity_bytes;    /* the arena's size */
     uint64_t used_bytes;        /* arena bytes allocated: cached, leased or in flight */
     uint64_t cached_bytes;      /* bytes of the blocks of the chunks the tier holds */
@@ -70,16 +74,20 @@ typedef struct dram_stats {
 /*
  * The tier: capacity bytes, an eighth for the heap overflow and the rest an
  * arena (rounded down to whole segments of up to 64 MiB, each at least
- * max_chunk).  0 or -errno with a reason in err.
+ * max_chunk), evicting by the named policy (policy.h: lru, lfu, sieve,
+ * s3fifo, epoch).  0 or -errno with a reason in err.
  */
-int dram_new(uint64_t capacity, uint64_t max_chunk, dram **out, char *err, size_t errlen);
+int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
+             char *err, size_t errlen);
 /* Drop every chunk's tier reference and free the arena; every other chunk
  * reference must be gone.  Sets *d NULL.  NULL-safe. */
 void dram_free(dram **d);
 
-/* A new chunk (refs = 1) for len bytes: in an arena block if one can be had,
- * evicting least-recently-used chunks to make room, else on the heap.  NULL
- * only on out-of-memory. */
+/* A new chunk (refs = 1) for len bytes, after a miss.  The policy decides
+ * whether it is worth keeping (c->admitted); if so, victims are evicted until
+ * an arena block can be had.  A chunk the policy refuses gets a block only
+ * if one is free.  Without a block the chunk lives on the heap.  NULL only
+ * on out-of-memory. */
 chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len);
 
 /* The arena, for handing segments to clients. */
@@ -89,9 +97,10 @@ arena *dram_arena(dram *d);
 chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Keep c (the tier takes its own reference), replacing any chunk with the
- * same key.  Arena chunks are bounded by the arena; heap chunks go to the
- * overflow, evicting its oldest (one larger than the overflow is not
- * kept). */
+ * same key: an admitted arena chunk under the policy; a heap chunk in the
+ * overflow, evicting its oldest (one larger than the overflow is not kept);
+ * an arena chunk the policy refused is not kept (its block is freed when
+ * its last user is done). */
 void dram_put(dram *d, chunk *c);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix. */

@@ -66,8 +66,8 @@ static const char *const log_level_names[] = { "error", "warn", "info", "debug",
 
 /* Eviction policies each tier implements.  Add a name here when a tier
  * learns a new one; the parser, describe and dump follow. */
-static const char *const dram_policies[] = { "lru", NULL };
-static const char *const nvme_policies[] = { "lru", NULL };
+static const char *const dram_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", NULL };
+static const char *const nvme_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", NULL };
 
 #define FIELD(f) offsetof(gr_config, f), sizeof(((gr_config *)0)->f)
 

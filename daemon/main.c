@@ -142,7 +142,7 @@ int main(int argc, char **argv)
     } else {
         log_info("nvme tier disabled ([nvme] path is empty)");
     }
-    if (dram_new(cfg.dram_capacity, cfg.chunk_size, &d, err, sizeof(err)) < 0) {
+    if (dram_new(cfg.dram_capacity, cfg.chunk_size, cfg.dram_policy, &d, err, sizeof(err)) < 0) {
         log_error("dram tier: %s", err);
         goto fail;
     }

@@ -1070,6 +1070,7 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_used_bytes = ds.used_bytes;
     out->dram_cached_bytes = ds.cached_bytes;
     out->dram_heap_fallbacks = ds.heap_fallbacks;
+    out->dram_not_admitted = ds.not_admitted;
     out->dram_capacity_bytes = ds.capacity_bytes;
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;

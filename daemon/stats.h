@@ -30,6 +30,7 @@
     X(counter, nvme_writes_skipped,  "chunks not written because the write-behind queue was full") \
     X(counter, nvme_checksum_errors, "NVMe reads that failed their checksum (dropped, refetched)") \
     X(counter, evictions_dram,       "chunks evicted from the DRAM tier") \
+    X(counter, dram_not_admitted,    "misses the DRAM tier's policy chose not to keep") \
     X(counter, dram_heap_fallbacks,  "chunks that found no free arena block (served by copy)") \
     X(counter, extents_served,       "bytes handed over as shared-memory extents") \
     X(counter, leases_granted,       "leases given to clients") \

@@ -379,6 +379,46 @@ START_TEST(test_small_dram_no_amplification)
 }
 END_TEST
 
+/* Source reads in one pass when a file a little larger than the DRAM tier
+ * is read over and over, under the given policy. */
+static uint64_t cyclic_source_reads(const char *policy_name)
+{
+    char extra[256];
+    gr_client *c;
+    uint64_t before, after;
+
+    snprintf(extra, sizeof(extra), "[dram]\ncapacity = 2M\npolicy = %s\n[nvme]\npath =\n",
+             policy_name);
+    start(extra);                           /* arena: 7 segments of 256K, 28 blocks of 64K */
+    tu_write_pattern(src_path("cyc"), 81, 30 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    for (int pass = 0; pass < 4; pass++)
+        read_whole(c, src_path("cyc"), 81, 30 * CHUNK, 1 << 20);
+    before = tu_stat(&d, "source_reads");
+    read_whole(c, src_path("cyc"), 81, 30 * CHUNK, 1 << 20);
+    after = tu_stat(&d, "source_reads");
+    gr_disconnect(c);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+    return after - before;
+}
+
+/* The DRAM tier's policy is the configured one: on epoch-style reads of a
+ * dataset 1.07x the tier, lru rereads everything, epoch only the excess. */
+START_TEST(test_dram_policy_epoch)
+{
+    uint64_t lru = cyclic_source_reads("lru");
+    uint64_t epoch = cyclic_source_reads("epoch");
+
+    fprintf(stderr, "cyclic pass, 30 chunks over 28 blocks: lru %llu, epoch %llu source reads\n",
+            (unsigned long long)lru, (unsigned long long)epoch);
+    ck_assert_uint_ge(lru, 25);
+    ck_assert_uint_le(epoch, 6);
+    start(NULL);                            /* for the fixture's teardown */
+}
+END_TEST
+
 /* trace_file records one "KEY SIZE" line per chunk lookup, the format the
  * simulator replays. */
 START_TEST(test_trace_file)
@@ -784,6 +824,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_shm_lease_limit);
     tcase_add_test(tc, test_small_dram_no_amplification);
     tcase_add_test(tc, test_trace_file);
+    tcase_add_test(tc, test_dram_policy_epoch);
     tcase_add_test(tc, test_rewritten_file);
     tcase_add_test(tc, test_changed_while_open);
     tcase_add_test(tc, test_refused_paths);
