@@ -268,10 +268,14 @@ START_TEST(test_other_types)
     set_fails("source", "attr_ttl", "", "is not a number of seconds");
     set_fails("source", "attr_ttl", "1e300", "is not a number of seconds");
 
-    set_fails("dram", "policy", "lfu", "[dram] policy: \"lfu\" is not one of lru");
+    set_fails("dram", "policy", "mru", "[dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch");
     set_fails("nvme", "policy", "", "is not one of lru");
     set_ok("nvme", "policy", "LRU");
     ck_assert_str_eq(cfg->nvme_policy, "lru");
+    set_ok("dram", "policy", "Epoch");
+    ck_assert_str_eq(cfg->dram_policy, "epoch");
+    set_ok("nvme", "policy", "s3fifo");
+    ck_assert_str_eq(cfg->nvme_policy, "s3fifo");
 
     set_ok("nvme", "path", "");
     ck_assert_str_eq(cfg->nvme_path, "");
@@ -331,7 +335,8 @@ START_TEST(test_line_numbers)
     parse_fails("[dram]\ncapacity = 1G\n[nvme]\n\n\n\n\n\n\n\n\n\nbad line\n",
                 "granary.conf:13: expected \"key = value\"");
     /* Last line without newline. */
-    parse_fails("[dram]\npolicy = mru", "granary.conf:2: [dram] policy: \"mru\" is not one of lru");
+    parse_fails("[dram]\npolicy = mru",
+                "granary.conf:2: [dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch");
 }
 END_TEST
 
