@@ -73,6 +73,7 @@ typedef struct opts {
     int rand;                           /* random pieces, else in order */
     int procs;
     double secs;
+    int round;                          /* only echoed in the JSON line */
 } opts;
 
 /* One process's results, in memory shared with the parent. */
@@ -245,7 +246,10 @@ static int kv_expect(kv *k, const char *want)
 
     if (rc < 0)
         return rc;
-    return strcmp(line, want) == 0 ? 0 : -EPROTO;
+    if (strcmp(line, want) == 0)
+        return 0;
+    fprintf(stderr, "hotbench: %s answered \"%.100s\", expected \"%s\"\n", k->sys == SYS_MEMCACHED ? "memcached" : "redis", line, want);
+    return -EPROTO;
 }
 
 static int kv_set(kv *k, const char *key, const void *val, size_t n)
@@ -326,14 +330,24 @@ typedef struct reader {
     volatile uint64_t sink;             /* keeps the sums alive */
 } reader;
 
+/* The sum of the 64-bit words of p: reads every byte.  Four accumulators,
+ * since one serial chain of adds runs below memory bandwidth here (7 GB/s
+ * against 9 for four, memcpy 8.5-9). */
 static uint64_t sum64(const void *p, size_t n)
 {
     const uint64_t *w = p;
-    uint64_t s = 0;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    size_t i = 0, words = n / 8;
 
-    for (size_t i = 0; i < n / 8; i++)
-        s += w[i];
-    return s;
+    for (; i + 4 <= words; i += 4) {
+        a += w[i];
+        b += w[i + 1];
+        c += w[i + 2];
+        d += w[i + 3];
+    }
+    for (; i < words; i++)
+        a += w[i];
+    return a + b + c + d;
 }
 
 /* Read piece i.  check: compare with the file.  Returns 0 or -errno. */
@@ -344,38 +358,38 @@ static int read_piece(reader *r, uint64_t i, int check, char *why, size_t whylen
     gr_ref *ref = NULL;
     ssize_t n;
     char key[64];
+    int e = EIO;
 
     switch (r->sys) {
     case SYS_GR:
         n = gr_pread(r->f, r->buf, r->size, off);
         if (n < 0)
-            snprintf(why, whylen, "gr_pread: %s (%s)", strerror(errno), gr_strerror_last(r->c));
+            snprintf(why, whylen, "gr_pread: %s (%s)", strerror(e = errno), gr_strerror_last(r->c));
         break;
     case SYS_REF:
     case SYS_REF_NOTOUCH:
         n = gr_read_ref(r->f, off, r->size, &data, &ref);
         if (n < 0)
-            snprintf(why, whylen, "gr_read_ref: %s (%s)", strerror(errno), gr_strerror_last(r->c));
+            snprintf(why, whylen, "gr_read_ref: %s (%s)", strerror(e = errno), gr_strerror_last(r->c));
         else if (r->sys == SYS_REF)
             r->sink += sum64(data, (size_t)n);
         break;
     case SYS_PREAD:
         n = pread(r->fd, r->buf, r->size, off);
         if (n < 0)
-            snprintf(why, whylen, "pread: %s", strerror(errno));
+            snprintf(why, whylen, "pread: %s", strerror(e = errno));
         break;
     default:
         key_of(key, sizeof(key), r->size, i);
         n = kv_get(&r->k, key, r->buf, r->size);
         if (n < 0) {
-            snprintf(why, whylen, "GET %s: %s", key, strerror((int)-n));
-            errno = (int)-n;
-            n = -1;
+            e = (int)-n;
+            snprintf(why, whylen, "GET %s: %s", key, strerror(e));
         }
         break;
     }
     if (n < 0)
-        return -errno;
+        return -e;
     if (n != (ssize_t)r->size) {
         gr_ref_release(ref);
         snprintf(why, whylen, "piece %" PRIu64 ": %zd bytes, expected %zu", i, n, r->size);
@@ -439,10 +453,15 @@ static void child(const opts *o, int idx, uint64_t npieces, int ready_fd, int st
 
     if ((rc = reader_open(&r, o, res->why, sizeof(res->why))) < 0)
         goto out;
-    /* Check the bytes before measuring: every piece once in order (which
-     * also brings them into granaryd's DRAM), a few at random otherwise. */
-    for (uint64_t k = 0; k < (o->rand ? 64 : npieces); k++) {
-        uint64_t p = o->rand ? xorshift(&seed) % npieces : k;
+    /* Check the bytes before measuring.  Every piece once, in order, for
+     * the sequential pattern and for granary: that brings them into
+     * granaryd's DRAM and maps their pages into this process, as a
+     * long-running reader would have them (a first touch costs a page fault
+     * per 4 KiB).  A key-value server or the page cache keeps no such state
+     * per process, so a few random pieces check those. */
+    int full = !o->rand || o->sys <= SYS_REF_NOTOUCH;
+    for (uint64_t k = 0; k < (full ? npieces : 64); k++) {
+        uint64_t p = full ? k : xorshift(&seed) % npieces;
         if ((rc = read_piece(&r, p, 1, res->why, sizeof(res->why))) < 0)
             goto out;
     }
@@ -597,7 +616,17 @@ static int cmd_run(const opts *o)
            lat[(size_t)((double)nlat * 0.99)] / 1e3);
     if (miss0 >= 0 && miss1 >= 0)
         printf(", \"not_from_dram\": %" PRId64, miss1 - miss0);
-    printf("}\n");
+    {
+        /* Other work on the machine skews every number: say how much. */
+        double load1 = -1;
+        FILE *la = fopen("/proc/loadavg", "r");
+        if (la) {
+            if (fscanf(la, "%lf", &load1) != 1)
+                load1 = -1;
+            fclose(la);
+        }
+        printf(", \"round\": %d, \"load1\": %.2f}\n", o->round, load1);
+    }
     munmap(lat, lat_len);
     munmap(res, sizeof(result) * (size_t)o->procs);
     return 0;
@@ -644,12 +673,18 @@ static int cmd_load(const opts *o)
 
 /* ---- report: Markdown tables and ratio lines from the JSON lines ---- */
 
+#define MAX_ROUNDS 16
+
+/* One case (scenario, system, size, procs), over the rounds it ran. */
 typedef struct row {
     char scenario[32], system[32], label[64];
     size_t size;
     int procs;
-    double ops_per_s, gbps, p50, p99;
-    long long not_dram;
+    int n;                              /* rounds seen */
+    int round[MAX_ROUNDS];
+    double ops[MAX_ROUNDS], gbps[MAX_ROUNDS], p50[MAX_ROUNDS], p99[MAX_ROUNDS];
+    double load1;                       /* the highest seen */
+    long long not_dram;                 /* summed over rounds */
 } row;
 
 static int jstr(const char *line, const char *key, char *out, size_t len)
@@ -679,8 +714,40 @@ static double jnum(const char *line, const char *key, double dflt)
     return strtod(p + strlen(pat), NULL);
 }
 
-static const row *find(const row *rows, int n, const char *scenario, const char *system,
-                       size_t size, int procs)
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (n > 0); v is sorted in place. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double med_of(const double *v, int n)
+{
+    double t[MAX_ROUNDS];
+
+    memcpy(t, v, sizeof(double) * (size_t)n);
+    return median(t, n);
+}
+
+static void range_of(const double *v, int n, double *lo, double *hi)
+{
+    *lo = *hi = v[0];
+    for (int i = 1; i < n; i++) {
+        if (v[i] < *lo)
+            *lo = v[i];
+        if (v[i] > *hi)
+            *hi = v[i];
+    }
+}
+
+static row *find(row *rows, int n, const char *scenario, const char *system, size_t size, int procs)
 {
     for (int i = 0; i < n; i++)
         if (!strcmp(rows[i].scenario, scenario) && !strcmp(rows[i].system, system) &&
@@ -689,14 +756,27 @@ static const row *find(const row *rows, int n, const char *scenario, const char 
     return NULL;
 }
 
+/* "- what: R x": the median over rounds of a's value / b's value within the
+ * same round (the cases of a round ran minutes apart at most, so load from
+ * elsewhere on the machine cancels better than in a ratio of medians), with
+ * the range over rounds and both medians. */
 static void ratio(const row *a, const row *b, const char *what, int gbps)
 {
+    double r[MAX_ROUNDS], lo, hi;
+    int n = 0;
+
     if (!a || !b)
         return;
-    printf("- %s: %.2fx (%.*f vs %.*f %s)\n", what,
-           gbps ? a->gbps / b->gbps : a->ops_per_s / b->ops_per_s, gbps ? 2 : 0,
-           gbps ? a->gbps : a->ops_per_s, gbps ? 2 : 0, gbps ? b->gbps : b->ops_per_s,
-           gbps ? "GB/s" : "ops/s");
+    for (int i = 0; i < a->n; i++)
+        for (int j = 0; j < b->n; j++)
+            if (a->round[i] == b->round[j])
+                r[n++] = gbps ? a->gbps[i] / b->gbps[j] : a->ops[i] / b->ops[j];
+    if (n == 0)
+        return;
+    range_of(r, n, &lo, &hi);
+    printf("- %s: **%.2fx** (rounds %.2f-%.2f; medians %.*f vs %.*f %s)\n", what, median(r, n), lo,
+           hi, gbps ? 2 : 0, gbps ? med_of(a->gbps, a->n) : med_of(a->ops, a->n), gbps ? 2 : 0,
+           gbps ? med_of(b->gbps, b->n) : med_of(b->ops, b->n), gbps ? "GB/s" : "ops/s");
 }
 
 static void size_name(char *out, size_t len, size_t size)
@@ -710,46 +790,66 @@ static void size_name(char *out, size_t len, size_t size)
 static int cmd_report(const char *path)
 {
     FILE *fp = fopen(path, "r");
-    static row rows[256];
+    static row rows[128];
     char line[1024], sz[32];
-    int n = 0;
-    const row *gr, *x;
+    int n = 0, rounds = 0;
+    double lo, hi, maxload = 0;
+    row *gr, *x;
 
     if (!fp) {
         fprintf(stderr, "hotbench: %s: %s\n", path, strerror(errno));
         return 1;
     }
-    while (n < 256 && fgets(line, sizeof(line), fp)) {
-        row *r = &rows[n];
-        if (jstr(line, "scenario", r->scenario, sizeof(r->scenario)) < 0 ||
-            jstr(line, "system", r->system, sizeof(r->system)) < 0 ||
-            jstr(line, "label", r->label, sizeof(r->label)) < 0)
+    while (fgets(line, sizeof(line), fp)) {
+        row t = { .n = 0 }, *r;
+        if (jstr(line, "scenario", t.scenario, sizeof(t.scenario)) < 0 ||
+            jstr(line, "system", t.system, sizeof(t.system)) < 0 ||
+            jstr(line, "label", t.label, sizeof(t.label)) < 0)
             continue;
-        r->size = (size_t)jnum(line, "size", 0);
-        r->procs = (int)jnum(line, "procs", 1);
-        r->ops_per_s = jnum(line, "ops_per_s", 0);
-        r->gbps = jnum(line, "GBps", 0);
-        r->p50 = jnum(line, "p50_us", 0);
-        r->p99 = jnum(line, "p99_us", 0);
-        r->not_dram = (long long)jnum(line, "not_from_dram", -1);
-        n++;
+        t.size = (size_t)jnum(line, "size", 0);
+        t.procs = (int)jnum(line, "procs", 1);
+        if (!(r = find(rows, n, t.scenario, t.system, t.size, t.procs))) {
+            if (n == 128)
+                continue;
+            r = &rows[n++];
+            *r = t;
+        }
+        if (r->n == MAX_ROUNDS)
+            continue;
+        r->round[r->n] = (int)jnum(line, "round", 0);
+        r->ops[r->n] = jnum(line, "ops_per_s", 0);
+        r->gbps[r->n] = jnum(line, "GBps", 0);
+        r->p50[r->n] = jnum(line, "p50_us", 0);
+        r->p99[r->n] = jnum(line, "p99_us", 0);
+        r->not_dram += (long long)jnum(line, "not_from_dram", 0);
+        if (jnum(line, "load1", 0) > r->load1)
+            r->load1 = jnum(line, "load1", 0);
+        if (r->load1 > maxload)
+            maxload = r->load1;
+        r->n++;
+        if (r->n > rounds)
+            rounds = r->n;
     }
     fclose(fp);
+    printf("Medians over %d rounds (the cases interleaved within each round); ranges are the lowest "
+           "and highest round. Highest 1-minute load average seen after a case: %.2f.\n\n",
+           rounds, maxload);
 
     printf("## 1. Hot reads, one client, 4 MiB reads of bytes held in memory\n\n");
-    printf("| system | GB/s | reads/s | p50 us | p99 us | ratio to page-cache pread |\n");
+    printf("| system | GB/s | range | reads/s | p50 us | p99 us |\n");
     printf("|---|---|---|---|---|---|\n");
-    x = find(rows, n, "hot4m", "pread", 0, 0);
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         if (strcmp(r->scenario, "hot4m"))
             continue;
-        printf("| %s%s | %.2f | %.0f | %.0f | %.0f | %s%.2fx |\n", r->label,
-               r->not_dram > 0 ? " (NOT ALL FROM DRAM)" : "", r->gbps, r->ops_per_s, r->p50,
-               r->p99, "", x ? r->gbps / x->gbps : 0);
+        range_of(r->gbps, r->n, &lo, &hi);
+        printf("| %s%s | %.2f | %.2f-%.2f | %.0f | %.0f | %.0f |\n", r->label,
+               r->not_dram > 0 ? " (NOT ALL FROM DRAM)" : "", med_of(r->gbps, r->n), lo, hi,
+               med_of(r->ops, r->n), med_of(r->p50, r->n), med_of(r->p99, r->n));
     }
     printf("\n");
     gr = find(rows, n, "hot4m", "gr", 0, 0);
+    x = find(rows, n, "hot4m", "pread", 0, 0);
     ratio(gr, x, "gr_pread / page-cache pread", 1);
     ratio(find(rows, n, "hot4m", "ref", 0, 0), x, "zero-copy (gr_read_ref + sum) / page-cache pread", 1);
     ratio(find(rows, n, "hot4m", "ref-notouch", 0, 0), x,
@@ -758,16 +858,17 @@ static int cmd_report(const char *path)
     ratio(gr, find(rows, n, "hot4m", "redis", 0, 0), "gr_pread / redis", 1);
 
     printf("\n## 2. Small random reads at aligned offsets, bytes held in memory\n\n");
-    printf("| size | procs | system | ops/s | MB/s | p50 us | p99 us |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| size | procs | system | ops/s | range | MB/s | p50 us | p99 us |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         if (strcmp(r->scenario, "rand"))
             continue;
         size_name(sz, sizeof(sz), r->size);
-        printf("| %s | %d | %s%s | %.0f | %.0f | %.1f | %.1f |\n", sz, r->procs, r->label,
-               r->not_dram > 0 ? " (NOT ALL FROM DRAM)" : "", r->ops_per_s, r->gbps * 1e3, r->p50,
-               r->p99);
+        range_of(r->ops, r->n, &lo, &hi);
+        printf("| %s | %d | %s%s | %.0f | %.0f-%.0f | %.0f | %.1f | %.1f |\n", sz, r->procs,
+               r->label, r->not_dram > 0 ? " (NOT ALL FROM DRAM)" : "", med_of(r->ops, r->n), lo,
+               hi, med_of(r->gbps, r->n) * 1e3, med_of(r->p50, r->n), med_of(r->p99, r->n));
     }
     printf("\n");
     for (int i = 0; i < n; i++) {
@@ -780,7 +881,8 @@ static int cmd_report(const char *path)
         snprintf(what, sizeof(what), "%s x %d procs, gr_pread / memcached", sz, r->procs);
         ratio(r, x, what, 0);
         if (x)
-            printf("  (p50 %.1f vs %.1f us, p99 %.1f vs %.1f us)\n", r->p50, x->p50, r->p99, x->p99);
+            printf("  - p50 %.1f vs %.1f us, p99 %.1f vs %.1f us\n", med_of(r->p50, r->n),
+                   med_of(x->p50, x->n), med_of(r->p99, r->n), med_of(x->p99, x->n));
         snprintf(what, sizeof(what), "%s x %d procs, gr_pread / redis", sz, r->procs);
         ratio(r, find(rows, n, "rand", "redis", r->size, r->procs), what, 0);
         snprintf(what, sizeof(what), "%s x %d procs, gr_pread / page-cache pread", sz, r->procs);
@@ -795,7 +897,7 @@ static void usage(void)
             "usage: hotbench load --sys memcached|redis -s SOCK --file PATH --size BYTES [--count N]\n"
             "       hotbench run --sys gr|ref|ref-notouch|pread|memcached|redis [-s SOCK] --file PATH\n"
             "                    --size BYTES [--pattern seq|rand] [--procs N] [--secs S] [--count N]\n"
-            "                    [--scenario NAME]\n"
+            "                    [--scenario NAME] [--round N]\n"
             "       hotbench report JSONL\n");
 }
 
@@ -811,6 +913,7 @@ int main(int argc, char **argv)
         { "procs", required_argument, NULL, 'j' },
         { "secs", required_argument, NULL, 't' },
         { "scenario", required_argument, NULL, 'c' },
+        { "round", required_argument, NULL, 'r' },
         { NULL, 0, NULL, 0 },
     };
     opts o = { .sys = SYS_GR, .size = 4u << 20, .procs = 1, .secs = 3, .scenario = "" };
@@ -845,6 +948,7 @@ int main(int argc, char **argv)
         case 'j': o.procs = atoi(optarg); break;
         case 't': o.secs = strtod(optarg, NULL); break;
         case 'c': o.scenario = optarg; break;
+        case 'r': o.round = atoi(optarg); break;
         default: usage(); return 2;
         }
     }
@@ -856,6 +960,13 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    /* granaryd takes absolute paths only. */
+    char *abs = realpath(o.file, NULL);
+    if (!abs) {
+        fprintf(stderr, "hotbench: %s: %s\n", o.file, strerror(errno));
+        return 1;
+    }
+    o.file = abs;
     if (!strcmp(cmd, "load") && o.sys >= SYS_MEMCACHED)
         return cmd_load(&o);
     if (!strcmp(cmd, "run"))

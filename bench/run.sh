@@ -107,3 +107,14 @@ stop_daemon
 } > "$out/summary.md"
 echo
 cat "$out/summary.md"
+
+# The DRAM-tier comparison of issue 3 (bench/hot.sh; BENCH_HOT=0 skips it),
+# appended to the same summary.
+if [ "${BENCH_HOT:-1}" != 0 ]; then
+    HOT_OUT=$out bench/hot.sh
+    { echo; cat "$out/hot.md"; } >> "$out/summary.md"
+fi
+
+# The eviction-policy simulator's table for the shipped patterns (bench/sim.sh).
+bench/sim.sh > /dev/null
+{ echo; cat "$out/sim.md"; } >> "$out/summary.md"
