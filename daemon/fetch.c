@@ -151,6 +151,8 @@ static void writeback_done(wq_job *j)
 
     if (j->cancelled) {
         fx->stats->nvme_writes_skipped++;
+    } else if (wb->rc == -ECANCELED) {
+        /* The tier's policy chose not to keep it: counted by the store. */
     } else if (wb->rc == 0) {
         fx->stats->nvme_writes++;
     } else {

@@ -127,6 +127,7 @@ int main(int argc, char **argv)
             .capacity = cfg.nvme_capacity,
             .inline_max = cfg.nvme_inline_max,
             .max_chunk = cfg.chunk_size,
+            .policy = cfg.nvme_policy,
         };
         if (store_open(&sc, &nvme, err, sizeof(err)) < 0) {
             log_error("nvme tier: %s", err);

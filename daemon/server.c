@@ -1084,5 +1084,6 @@ void server_snapshot(server *s, gr_stats *out)
         out->nvme_capacity_bytes = ns.capacity_bytes;
         out->nvme_chunks = ns.chunks;
         out->evictions_nvme = ns.evictions;
+        out->nvme_not_admitted = ns.not_admitted;
     }
 }

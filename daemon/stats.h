@@ -49,7 +49,8 @@
     X(gauge,   dram_chunks,          "chunks held by the DRAM tier") \
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \
     X(gauge,   nvme_capacity_bytes,  "capacity of the NVMe tier on disk") \
-    X(gauge,   nvme_chunks,          "chunks held by the NVMe tier")
+    X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \
+    X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep")
 
 typedef struct gr_stats {
 #define GR_STATS_FIELD(kind, name, help) uint64_t name;

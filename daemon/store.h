@@ -7,7 +7,9 @@
  * written and read with O_DIRECT (buffered I/O where the filesystem refuses
  * O_DIRECT, e.g. tmpfs).  Slots come in size classes; a freed slot has its
  * blocks punched out at once, so the bytes on disk never exceed the
- * configured capacity.  Eviction is least-recently-used by byte.
+ * configured capacity.  What to evict, and whether a new chunk is worth
+ * caching at all, is decided by an eviction policy (policy.h) chosen at
+ * open: lru by default, or lfu, sieve, s3fifo, epoch.
  *
  * Keys are 24 opaque bytes (granary uses file id (16) + big-endian chunk
  * index (8), so a file's chunks sort together; store_drop_prefix relies on
@@ -32,6 +34,8 @@ typedef struct store_config {
     uint64_t capacity;          /* hard limit of bytes on disk, all files included */
     uint64_t inline_max;        /* chunks of at most this many bytes go inline in RocksDB */
     uint64_t max_chunk;         /* largest chunk ever put (the daemon's chunk size) */
+    const char *policy;         /* eviction policy, a policy_kind_parse name; NULL or "" = lru.
+                                 * Only the access order persists across a restart. */
 } store_config;
 
 typedef struct store_stats {
@@ -41,6 +45,7 @@ typedef struct store_stats {
     uint64_t gets, hits, misses;
     uint64_t puts, put_errors;
     uint64_t evictions;         /* chunks evicted for space */
+    uint64_t not_admitted;      /* puts of new keys the policy refused (-ECANCELED) */
     uint64_t checksum_errors;   /* reads whose bytes did not match their checksum (dropped) */
     uint64_t io_errors;         /* reads or writes that failed with an I/O error */
 } store_stats;
@@ -49,8 +54,12 @@ typedef struct store_stats {
  * Open (or create) the tier at cfg->path and rebuild the in-memory index
  * from RocksDB, so a restarted daemon serves its cache warm.  Chunks whose
  * slot lies beyond its data file, or that no longer fit the capacity (it was
- * lowered), are dropped.  On success *out owns the tier; free it with
- * store_close.  Returns 0 or -errno with a one-line reason in err.
+ * lowered), are dropped.  Chunks enter the policy oldest access first, so
+ * lru and the other recency-ordered policies restart with the order they
+ * had; lfu frequencies, s3fifo queues and epoch's statistics start afresh.
+ * On success *out owns the tier; free it with store_close.  Returns 0 or
+ * -errno with a one-line reason in err (-EINVAL for an unknown policy name,
+ * a capacity too small, or bad sizes).
  */
 int store_open(const store_config *cfg, store **out, char *err, size_t errlen);
 
@@ -69,17 +78,24 @@ void store_close(store **s);
  *            (counted), the caller should refetch from the source
  *   -EIO     the device failed; the entry was dropped
  *   -ENOBUFS cap too small
- * A hit makes the chunk most recently used.
+ * A hit counts as an access for the eviction policy (for lru: the chunk
+ * becomes the most recently used).  A miss does not: the policy sees it
+ * when the caller puts the key.
  */
 int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap, size_t *len);
 
 /*
- * Store len bytes under key, replacing any previous value, evicting least
- * recently used chunks until it fits.  data must be STORE_ALIGN-aligned and
- * readable up to len rounded up to STORE_ALIGN (the tail past len is
- * written to disk but never returned).  Returns 0, -E2BIG (len > max_chunk
- * or larger than the capacity allows), -ENOSPC / -EIO from the device
- * (nothing is half-stored: the index never points at unwritten bytes).
+ * Store len bytes under key, replacing any previous value.  A key not
+ * cached is first offered to the policy (policy_admit: the miss that
+ * brought it); if admitted, the policy's victims are evicted until it fits.
+ * A replaced key is not offered again: its new value enters as a fresh
+ * item.  data must be STORE_ALIGN-aligned and readable up to len rounded up
+ * to STORE_ALIGN (the tail past len is written to disk but never returned).
+ * Returns 0, -ECANCELED (not admitted: the policy judged the chunk worth
+ * less than what it would displace; nothing was written, not an error,
+ * counted in not_admitted), -E2BIG (len > max_chunk or larger than the
+ * capacity allows), -ENOSPC / -EIO from the device (nothing is
+ * half-stored: the index never points at unwritten bytes).
  */
 int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size_t len);
 

@@ -64,7 +64,7 @@ static void wait_writeback(void)
 {
     for (int i = 0; i < 6000; i++) {
         uint64_t done = tu_stat(&d, "nvme_writes") + tu_stat(&d, "nvme_write_errors") +
-                        tu_stat(&d, "nvme_writes_skipped");
+                        tu_stat(&d, "nvme_writes_skipped") + tu_stat(&d, "nvme_not_admitted");
         if (done == tu_stat(&d, "source_reads"))
             return;
         sleep_ms(10);

@@ -1,0 +1,210 @@
+/*
+ * store_int.h - private to the NVMe tier: what store.c (the running tier)
+ * and store_load.c (opening it: rebuilding the index from disk) share.  The
+ * on-disk constants, the structures, small inline helpers and the few
+ * internal functions (store__*) one file calls in the other.  store.c's
+ * header comment describes the design: layout, record format, accounting,
+ * locking and entry lifetime.  Nothing outside these two files includes it.
+ */
+#ifndef GR_STORE_INT_H
+#define GR_STORE_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <rocksdb/c.h>
+#include <xxhash.h>
+
+#include "policy.h"
+#include "store.h"
+
+#define ST_REC_VERSION   1
+#define ST_REC_HDR       48
+#define ST_KIND_INLINE   0
+#define ST_KIND_SLOT     1
+#define ST_PFX_ATIME     'A'
+#define ST_PFX_CHUNK     'C'
+#define ST_DBKEY_LEN     (1 + STORE_KEY_LEN)
+#define ST_INLINE        0xff                   /* st_entry.cls of an inline chunk */
+
+/* SST bytes per entry beyond key and value: internal key trailer (8),
+ * varints, restart array, the entry's share of the index block, block
+ * trailers.  Measured after a full compaction: 15 B per entry with 1 KiB
+ * values, 42 B with 64 KiB values (each its own block and index entry). */
+#define ST_SST_OVERHEAD  64
+#define ST_REC_BYTES(inl_len) ((uint64_t)ST_DBKEY_LEN + ST_REC_HDR + (inl_len) + ST_SST_OVERHEAD)
+#define ST_AREC_BYTES    ((uint64_t)ST_DBKEY_LEN + 8 + ST_SST_OVERHEAD)
+#define ST_TOMB_BYTES    ((uint64_t)ST_DBKEY_LEN + ST_SST_OVERHEAD)
+
+#define ST_BATCH_MAX     (256u << 10)   /* largest WriteBatch we write */
+#define ST_BATCH_KEYS    4096           /* keys per deletion/access-time batch (< ST_BATCH_MAX) */
+#define ST_COMPACT_MIN   (4u << 20)     /* garbage worth a full compaction */
+#define ST_STRIPES       64
+
+typedef struct st_entry {
+    uint8_t key[STORE_KEY_LEN];
+    struct st_entry *hnext;             /* hash chain */
+    policy_node pn;                     /* in s->pol while in the table (after open) */
+    uint64_t csum;                      /* XXH3-64 of the chunk bytes */
+    uint64_t atime;                     /* last access, ns; the policy's order at open */
+    uint32_t len;                       /* chunk length */
+    uint32_t slot;                      /* slot index in class cls */
+    uint32_t refs;                      /* table (while live) + readers + remover */
+    uint8_t cls;                        /* class index or ST_INLINE */
+    uint8_t dead;                       /* unlinked from table and policy */
+    uint8_t touched;                    /* read since open: atime to write back */
+    uint8_t has_arec;                   /* an 'A' record exists in RocksDB */
+} st_entry;
+
+typedef struct st_class {
+    uint64_t size;                      /* bytes per slot, multiple of STORE_ALIGN */
+    int fd;                             /* data-<size>.dat */
+    uint32_t nslots;                    /* slots handed out so far (high-water) */
+    uint32_t *free;                     /* min-heap of free slots < nslots */
+    uint32_t nfree, cfree;
+} st_class;
+
+struct store {
+    char *path;
+    uint64_t capacity, inline_max, max_chunk;
+    uint64_t reserve;                   /* fixed charge for RocksDB's own files */
+    rocksdb_t *db;
+    rocksdb_options_t *opts;
+    rocksdb_readoptions_t *ropts;
+    rocksdb_writeoptions_t *wopts;
+    rocksdb_flushoptions_t *fopts;
+    rocksdb_compactoptions_t *copts;
+    st_class *cls;
+    int ncls;
+    int buffered;                       /* O_DIRECT refused: plain I/O */
+
+    pthread_mutex_t stripes[ST_STRIPES];
+    pthread_mutex_t lock;
+    pthread_cond_t cv;                  /* broadcast when space comes back */
+    /* Everything below is guarded by lock. */
+    st_entry **tab;                     /* hash buckets, tabmask + 1 of them */
+    size_t tabmask;
+    uint64_t count;                     /* entries in the table */
+    policy *pol;                        /* every entry in the table, + gpn */
+    policy_node gpn;                    /* pinned pseudo-entry of gpn.size garbage bytes */
+    int gpn_in;                         /* gpn is inserted */
+    uint64_t slot_bytes, meta_live, garbage, garbage_settled, pending_free;
+    uint64_t tick;
+    int compacting;
+    int inflight;                       /* puts holding a reservation, not linked yet */
+    store_stats st;
+};
+
+/* ---- small helpers ---- */
+
+static inline uint64_t st_round(uint64_t x)
+{
+    return (x + STORE_ALIGN - 1) & ~(uint64_t)(STORE_ALIGN - 1);
+}
+
+static inline void st_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t st_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[STORE_KEY_LEN])
+{
+    out[0] = (uint8_t)pfx;
+    memcpy(out + 1, key, STORE_KEY_LEN);
+}
+
+static inline uint64_t st_hash(const uint8_t key[STORE_KEY_LEN])
+{
+    return XXH3_64bits(key, STORE_KEY_LEN);
+}
+
+static inline int st_is_inline(const st_entry *e)
+{
+    return e->cls == ST_INLINE;
+}
+
+/* What a live entry adds to meta_live: its records and, paid in advance,
+ * their tombstones, so that removing it never needs room. */
+static inline uint64_t st_meta_charge(const st_entry *e)
+{
+    return 2 * (ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + ST_TOMB_BYTES) +
+           (e->has_arec ? 2 * (ST_AREC_BYTES + ST_TOMB_BYTES) : 0);
+}
+
+static inline uint64_t st_used_locked(const store *s)
+{
+    return s->slot_bytes + s->meta_live + s->garbage + s->reserve;
+}
+
+/* Garbage above which a full compaction pays: half the live metadata (so
+ * compaction rewrites at most ~3 bytes per garbage byte), at least
+ * ST_COMPACT_MIN, at most a quarter of the space left after the reserve. */
+static inline uint64_t st_compact_thr_locked(const store *s)
+{
+    uint64_t thr = s->meta_live / 2, cap = (s->capacity - s->reserve) / 4;
+
+    if (thr < ST_COMPACT_MIN)
+        thr = ST_COMPACT_MIN;
+    return thr < cap ? thr : cap;
+}
+
+typedef struct st_rec {
+    unsigned kind;
+    uint64_t cls_bytes, slot, len, csum, atime;
+} st_rec;
+
+/* ---- in store.c, used by store_load.c ---- */
+
+/* Decode a 'C' record.  0, or -EINVAL when v is not a well-formed one. */
+int store__rec_decode(const uint8_t *v, size_t vlen, st_rec *r);
+
+/* Smallest class whose slots hold alen bytes, or -1. */
+int store__class_for(const store *s, uint64_t alen);
+
+/* The live entry of key, or NULL.  Valid while the lock is held. */
+st_entry *store__find_locked(store *s, const uint8_t key[STORE_KEY_LEN]);
+
+/* Link a new entry (key not present) into the table, without the policy:
+ * store_put inserts it there at once, store_open once all are loaded
+ * (store__policy_insert_locked). */
+void store__link_locked(store *s, st_entry *e);
+
+/* Take e out of the table (not out of the policy) and mark it dead. */
+void store__unhash_locked(store *s, st_entry *e);
+
+/* Every entry of the table, in no particular order, into v (s->count
+ * slots at least).  Returns how many. */
+size_t store__collect_locked(store *s, st_entry **v);
+
+/* Hand a linked entry to the policy as a new item, sized by all it holds
+ * of the capacity. */
+void store__policy_insert_locked(store *s, st_entry *e);
+
+/* Add slot to class c's free heap.  0 or -ENOMEM. */
+int store__heap_push(st_class *c, uint32_t slot);
+
+/* Punch [off, off + len) out of class c's file.  0 or -errno. */
+int store__punch(st_class *c, uint64_t off, uint64_t len);
+
+/* Flush and fully compact RocksDB, then forget the garbage settled before.
+ * Called with the lock held and !s->compacting; drops it meanwhile. */
+void store__compact_locked(store *s);
+
+/* Make used + need fit the capacity (evicting the policy's victims,
+ * waiting, compacting).  Lock held; dropped around I/O and waits.  0 or
+ * -ENOSPC. */
+int store__make_room_locked(store *s, uint64_t need);
+
+#endif
