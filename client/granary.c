@@ -520,6 +520,26 @@ static int64_t copy_readx(gr_client *c, const proto_msg *m, uint8_t *dst, uint64
     return (int64_t)(got + m->u.readx.inline_len);
 }
 
+/* Clip *len to the file size fixed at open (and to SSIZE_MAX).  Returns 1
+ * if there is something to read, 0 at or past the end (or len 0), -1 with
+ * errno EINVAL for a negative offset. */
+static int clip_range(const gr_file *f, off_t off, size_t *len)
+{
+    uint64_t size = f->a.size;
+
+    if (off < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if ((uint64_t)off >= size || *len == 0)
+        return 0;
+    if (*len > size - (uint64_t)off)
+        *len = (size_t)(size - (uint64_t)off);
+    if (*len > SSIZE_MAX)
+        *len = SSIZE_MAX;
+    return 1;
+}
+
 typedef struct piece {
     uint32_t id;
     uint64_t off;
@@ -529,21 +549,13 @@ typedef struct piece {
 ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
 {
     gr_client *c = f->c;
-    uint64_t size = f->a.size, next, end, unit;
+    uint64_t next, end, unit;
     piece pend[GR_WINDOW];
     int npend = 0, rc = 0, err = 0;
     proto_msg m;
 
-    if (off < 0) {
-        errno = EINVAL;
-        return -1;
-    }
-    if ((uint64_t)off >= size || len == 0)
-        return 0;
-    if (len > size - (uint64_t)off)
-        len = (size_t)(size - (uint64_t)off);
-    if (len > SSIZE_MAX)
-        len = SSIZE_MAX;
+    if (clip_range(f, off, &len) <= 0)
+        return off < 0 ? -1 : 0;
     unit = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
     unit *= (GR_PIECE_MIN + unit - 1) / unit;       /* whole chunks, >= 1 MiB */
     next = (uint64_t)off;
@@ -629,7 +641,7 @@ out:
 ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref **ref)
 {
     gr_client *c = f->c;
-    uint64_t size = f->a.size, cs = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
+    uint64_t cs = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
     gr_ref *r;
     proto_msg m;
     uint32_t id;
@@ -637,14 +649,8 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
 
     *data = NULL;
     *ref = NULL;
-    if (off < 0) {
-        errno = EINVAL;
-        return -1;
-    }
-    if ((uint64_t)off >= size || len == 0)
-        return 0;
-    if (len > size - (uint64_t)off)
-        len = (size_t)(size - (uint64_t)off);
+    if (clip_range(f, off, &len) <= 0)
+        return off < 0 ? -1 : 0;
     if (len > ((uint64_t)off / cs + 1) * cs - (uint64_t)off)
         len = (size_t)(((uint64_t)off / cs + 1) * cs - (uint64_t)off);     /* one chunk */
     r = calloc(1, sizeof(*r));

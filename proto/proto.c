@@ -104,6 +104,17 @@ static void dec_hello(const uint8_t *b, proto_hello *x)
     x->chunk_size = get32(b + 12);
 }
 
+/* The body of a READ or READX request, len at most max. */
+static int dec_read(proto_msg *m, const uint8_t *b, uint32_t max)
+{
+    if (m->h.body_len != PROTO_READ_LEN)
+        return -EPROTO;
+    m->u.read.handle = get32(b);
+    m->u.read.len = get32(b + 4);
+    m->u.read.off = get64(b + 8);
+    return m->u.read.len > max ? -EMSGSIZE : 0;
+}
+
 /* Check and decode a request body for its opcode. */
 static int dec_request(proto_msg *m, const uint8_t *b)
 {
@@ -129,25 +140,11 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         m->u.handle = get32(b);
         return 0;
     case PROTO_OP_READ:
-        if (n != PROTO_READ_LEN)
-            return -EPROTO;
-        m->u.read.handle = get32(b);
-        m->u.read.len = get32(b + 4);
-        m->u.read.off = get64(b + 8);
-        if (m->u.read.len > PROTO_MAX_DATA)
-            return -EMSGSIZE;
-        return 0;
+        return dec_read(m, b, PROTO_MAX_DATA);
     case PROTO_OP_STATS:
         return n == 0 ? 0 : -EPROTO;
     case PROTO_OP_READX:
-        if (n != PROTO_READ_LEN)
-            return -EPROTO;
-        m->u.read.handle = get32(b);
-        m->u.read.len = get32(b + 4);
-        m->u.read.off = get64(b + 8);
-        if (m->u.read.len > PROTO_MAX_READX)
-            return -EMSGSIZE;
-        return 0;
+        return dec_read(m, b, PROTO_MAX_READX);
     case PROTO_OP_RELEASE:
         if (n == 0 || n % 4)
             return -EPROTO;
@@ -306,19 +303,27 @@ ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle)
     return PROTO_HDR_LEN + 4;
 }
 
-ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
+/* READ and READX requests share a layout; only the opcode and the limit on
+ * len differ. */
+static ssize_t enc_read_op(void *buf, size_t cap, uint8_t op, uint32_t max, uint32_t req_id,
+                           const proto_read *r)
 {
     uint8_t *b;
 
-    if (r->len > PROTO_MAX_DATA)
+    if (r->len > max)
         return -EMSGSIZE;
-    b = enc_begin(buf, cap, PROTO_OP_READ, 0, req_id, 0, PROTO_READ_LEN);
+    b = enc_begin(buf, cap, op, 0, req_id, 0, PROTO_READ_LEN);
     if (!b)
         return -EMSGSIZE;
     put32(b, r->handle);
     put32(b + 4, r->len);
     put64(b + 8, r->off);
     return PROTO_HDR_LEN + PROTO_READ_LEN;
+}
+
+ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
+{
+    return enc_read_op(buf, cap, PROTO_OP_READ, PROTO_MAX_DATA, req_id, r);
 }
 
 ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id)
@@ -391,17 +396,7 @@ int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
 
 ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
 {
-    uint8_t *b;
-
-    if (r->len > PROTO_MAX_READX)
-        return -EMSGSIZE;
-    b = enc_begin(buf, cap, PROTO_OP_READX, 0, req_id, 0, PROTO_READ_LEN);
-    if (!b)
-        return -EMSGSIZE;
-    put32(b, r->handle);
-    put32(b + 4, r->len);
-    put64(b + 8, r->off);
-    return PROTO_HDR_LEN + PROTO_READ_LEN;
+    return enc_read_op(buf, cap, PROTO_OP_READX, PROTO_MAX_READX, req_id, r);
 }
 
 ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
