@@ -304,8 +304,9 @@ START_TEST(test_shm_leases)
         ck_assert_ptr_null(r);
     }
     /* Leases held at disconnect are released by the daemon. */
-    ck_assert_int_eq(gr_read_ref(f, 0, 10, &p[0], &ref[0]), 10);
-    ck_assert_int_eq(gr_read_ref(f, CHUNK, 10, &p[1], &ref[1]), 10);
+    ck_assert_int_eq(gr_read_ref(f, 0, CHUNK, &p[0], &ref[0]), CHUNK);
+    ck_assert_int_eq(gr_read_ref(f, CHUNK, CHUNK, &p[1], &ref[1]), CHUNK);
+    ck_assert_uint_eq(cstat(c, "leases_active"), 2);
     free(ref[0]);                       /* what a crashed client leaves behind */
     free(ref[1]);
     gr_close(f);
@@ -413,7 +414,7 @@ START_TEST(test_dram_policy_epoch)
 
     fprintf(stderr, "cyclic pass, 30 chunks over 28 blocks: lru %llu, epoch %llu source reads\n",
             (unsigned long long)lru, (unsigned long long)epoch);
-    ck_assert_uint_ge(lru, 25);
+    ck_assert_uint_ge(lru, 20);             /* ~25 of 30: churn */
     ck_assert_uint_le(epoch, 6);
     start(NULL);                            /* for the fixture's teardown */
 }
