@@ -6,6 +6,8 @@
 #                   config with local directories under build/run/
 #   make bench      the read-throughput benchmark (bench/README.md)
 #   make SAN=1 ...  the same under AddressSanitizer + UBSan, in build/san/
+#   make fuzz       libFuzzer on the codec and config parser, FUZZ_SECONDS=60 each
+#   make fuzz-regress  the fuzz targets once over their corpus and past findings
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make clean
 
@@ -101,16 +103,87 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib \
-	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)/etc/granary
-	install -m 0755 $(GRANARYD) $(DESTDIR)$(PREFIX)/sbin/granaryd
-	install -m 0755 $(GRANARYCTL) $(DESTDIR)$(PREFIX)/bin/granaryctl
-	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libgranary.a
-	install -m 0755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libgranary.so.0
-	ln -sf libgranary.so.0 $(DESTDIR)$(PREFIX)/lib/libgranary.so
-	install -m 0644 client/granary.h $(DESTDIR)$(PREFIX)/include/granary.h
-	install -m 0644 config/granary.conf $(DESTDIR)/etc/granary/granary.conf
+# libFuzzer targets (tests/fuzz/): the wire codec and the config parser, built
+# with clang whatever CC says, into build/fuzz/.  `make fuzz` installs clang if
+# missing and fuzzes each target FUZZ_SECONDS on a copy of its corpus;
+# `make fuzz-regress` runs each once over the committed corpus and regression
+# inputs (tests/test_fuzz_regress.sh).  tests/fuzz/fuzz.sh does the running.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                $(WARN) -D_GNU_SOURCE -Iproto -Idaemon
+FUZZERS      := build/fuzz/fuzz_proto build/fuzz/fuzz_config
+
+.PHONY: fuzz fuzz-regress
+
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_proto.c proto/proto.c
+
+build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c daemon/config.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_config.c daemon/config.c
+
+fuzz:
+	@FUZZ_CC=$(FUZZ_CC) tests/fuzz/fuzz.sh deps
+	@$(MAKE) --no-print-directory $(FUZZERS)
+	@FUZZ_CC=$(FUZZ_CC) tests/fuzz/fuzz.sh run $(FUZZ_SECONDS)
+
+fuzz-regress: $(FUZZERS)
+	@tests/fuzz/fuzz.sh regress
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: programs, library, header,
+# pkg-config file, man pages, and the systemd unit with its sysusers.d file
+# under $(PREFIX)/lib/{systemd/system,sysusers.d}: systemd searches both
+# /usr/local/lib/... and /usr/lib/... (on Debian 12 /lib is /usr/lib), so
+# the unit always sits beside the granaryd its ExecStart names.  The
+# configuration goes to /etc/granary whatever the prefix (granaryd's
+# default path), and an existing one is kept.  The directories /run/granary
+# and /var/cache/granary come from the unit, so no tmpfiles.d file.
+# Afterwards: systemd-sysusers; systemctl daemon-reload;
+# systemctl enable --now granaryd.
+VERSION      ?= 0.1.0
+BINDIR       ?= $(PREFIX)/bin
+SBINDIR      ?= $(PREFIX)/sbin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR       ?= $(PREFIX)/share/man
+DOCDIR       ?= $(PREFIX)/share/doc/granary
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+
+install: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
+	    $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)/etc/granary \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 8)
+	install -m 0755 $(GRANARYD) $(DESTDIR)$(SBINDIR)/granaryd
+	install -m 0755 $(GRANARYCTL) $(DESTDIR)$(BINDIR)/granaryctl
+	install -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/libgranary.a
+	install -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/libgranary.so.0
+	ln -sf libgranary.so.0 $(DESTDIR)$(LIBDIR)/libgranary.so
+	install -m 0644 client/granary.h $(DESTDIR)$(INCLUDEDIR)/granary.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    client/granary.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/granary.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/granary.pc
+	install -m 0644 man/granaryctl.1 $(DESTDIR)$(MANDIR)/man1/granaryctl.1
+	install -m 0644 man/libgranary.3 $(DESTDIR)$(MANDIR)/man3/libgranary.3
+	install -m 0644 man/granary.conf.5 $(DESTDIR)$(MANDIR)/man5/granary.conf.5
+	install -m 0644 man/granaryd.8 $(DESTDIR)$(MANDIR)/man8/granaryd.8
+	sed -e 's|^ExecStart=/usr/sbin/granaryd |ExecStart=$(SBINDIR)/granaryd |' \
+	    systemd/granaryd.service > $(DESTDIR)$(UNITDIR)/granaryd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/granaryd.service
+	install -m 0644 systemd/granary.sysusers $(DESTDIR)$(SYSUSERSDIR)/granary.conf
+	install -m 0644 config/granary.conf $(DESTDIR)$(DOCDIR)/granary.conf
+	@if [ -e $(DESTDIR)/etc/granary/granary.conf ]; then \
+	    echo "kept $(DESTDIR)/etc/granary/granary.conf (the shipped one: $(DOCDIR)/granary.conf)"; \
+	else \
+	    echo "install -m 0644 config/granary.conf $(DESTDIR)/etc/granary/granary.conf"; \
+	    install -m 0644 config/granary.conf $(DESTDIR)/etc/granary/granary.conf; \
+	fi
 
 clean:
 	rm -rf build

@@ -58,6 +58,8 @@ chunk_size = 4M
 capacity = $((size_mb * 2 + 64))M
 [nvme]
 path =
+[metrics]
+listen =
 CONF
 
 gpid= mpid= rpid=

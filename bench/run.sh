@@ -37,6 +37,8 @@ capacity = $((size_mb + size_mb / 2))M
 [nvme]
 path = $(pwd)/$work/nvme
 capacity = $((size_mb * 2))M
+[metrics]
+listen =
 CONF
 pid=
 start_daemon() {

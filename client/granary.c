@@ -31,6 +31,7 @@
 
 #define GR_WINDOW 8                     /* READX pieces in flight */
 #define GR_PIECE_MIN (1u << 20)         /* pieces are whole chunks, at least this big */
+#define GR_MAX_SEGS (1u << 20)          /* arena segments a reply may name (64 TiB of 64 MiB) */
 #define GR_RELEASE_BATCH 1              /* leases held before a RELEASE goes out:
                                          * at once, since held leases pin the
                                          * daemon's memory (one send per reply) */
@@ -194,6 +195,10 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
 
     for (uint32_t i = 0; i < m->u.readx.nextents && rc == 0; i++) {
         proto_extent_at(m, i, &e);
+        if (e.seg >= GR_MAX_SEGS) {
+            rc = -EPROTO;               /* no arena is that large: a bogus reply */
+            break;
+        }
         if (e.seg >= c->nsegs) {
             gr_seg *ns = realloc(c->segs, (e.seg + 1) * sizeof(*ns));
             if (!ns) {

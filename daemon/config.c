@@ -104,6 +104,8 @@ static const config_key config_keys[] = {
       "lru", "eviction policy of the NVMe tier" },
     { "nvme", "inline_max", KT_SIZE, 0, FIELD(nvme_inline_max), 0, MIB, NULL,
       "64K", "chunks up to this size are stored inside RocksDB" },
+    { "metrics", "listen", KT_PATH, KF_EMPTY_OK, FIELD(metrics_listen), 0, 0, NULL,
+      "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off" },
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))

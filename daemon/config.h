@@ -45,6 +45,8 @@ typedef struct gr_config {
     uint64_t nvme_capacity;    /* bytes, hard limit on disk */
     char nvme_policy[16];      /* lru */
     uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
+    /* [metrics] */
+    char metrics_listen[128];  /* Prometheus endpoint: HOST:PORT or unix:/PATH; "" = off */
 } gr_config;
 
 /* Fill *c with every key's default.  Never fails. */

@@ -5,8 +5,10 @@
  *
  * Order of set-up: config -> log -> source -> NVMe store (index rebuilt:
  * the cache comes back warm) -> DRAM tier -> event base -> workers ->
- * fetcher -> server (the socket appears last, when everything behind it is
- * ready).  Tear-down: server (socket removed, clients dropped) -> workers
+ * fetcher -> metrics endpoint (a port already taken stops start-up) ->
+ * server (the socket appears last, when everything behind it is ready).
+ * Tear-down: metrics (its scrapes read the server) -> server (socket
+ * removed, clients dropped) -> workers
  * (queued jobs finish, their completions run) -> fetcher -> DRAM -> store
  * (RocksDB closed) -> source.
  */
@@ -23,6 +25,8 @@
 #include "config.h"
 #include "fetch.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "server.h"
 #include "source.h"
 #include "stats.h"
@@ -41,7 +45,88 @@ static void usage(FILE *out)
             "      --describe-config list every key with its type, default and meaning\n"
             "      --print-config    print the effective configuration and exit\n"
             "  -h, --help            this text\n"
-            "Runs in the foreground; logs to stderr.  SIGTERM or SIGINT stop it cleanly.\n");
+            "Runs in the foreground; logs to stderr.  SIGTERM or SIGINT stop it cleanly;\n"
+            "SIGHUP re-reads the configuration (log_level and max_leased_per_client apply\n"
+            "live, other changes are logged as needing a restart).\n");
+}
+
+/* metrics_snapshot_fn: a scrape reads what `granaryctl stats` reads.  arg
+ * is main's server pointer, set before the loop (and so any scrape) runs. */
+static void metrics_snapshot(void *arg, gr_stats *out)
+{
+    server *srv = *(server **)arg;
+
+    if (srv)
+        server_snapshot(srv, out);
+}
+
+/* What SIGHUP needs: where the configuration came from, and the running
+ * one (the server reads it through a pointer, so keys it consults per
+ * request change live). */
+typedef struct reload_ctx {
+    const char *path;
+    gr_config *cfg;
+} reload_ctx;
+
+/* Log every line of the dump of b that differs from a's: keys whose new
+ * value needs a restart.  Both dumps list the same keys in the same order. */
+static void log_unapplied(const gr_config *a, const gr_config *b)
+{
+    char *da = NULL, *db = NULL, section[64] = "";
+    size_t la = 0, lb = 0;
+    FILE *fa = open_memstream(&da, &la), *fb = open_memstream(&db, &lb);
+
+    if (fa && fb) {
+        config_dump(a, fa);
+        config_dump(b, fb);
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    for (char *pa = da, *pb = db; pa && pb && *pa && *pb;) {
+        char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
+        size_t na = ea ? (size_t)(ea - pa) : strlen(pa), nb = eb ? (size_t)(eb - pb) : strlen(pb);
+        if (pb[0] == '[' && nb < sizeof(section))
+            snprintf(section, sizeof(section), "%.*s", (int)nb, pb);
+        else if (na != nb || memcmp(pa, pb, na))
+            log_warn("reload: %s %.*s: takes effect after a restart", section, (int)nb, pb);
+        pa += na + (ea != NULL);
+        pb += nb + (eb != NULL);
+    }
+    free(da);
+    free(db);
+}
+
+/* SIGHUP: re-read the configuration; apply what can change live (log_level,
+ * [dram] max_leased_per_client), log each other change as needing a
+ * restart.  A file that does not parse changes nothing. */
+static void on_reload(evutil_socket_t sig, short what, void *arg)
+{
+    reload_ctx *r = arg;
+    gr_config next;
+    char err[512];
+
+    (void)sig;
+    (void)what;
+    config_defaults(&next);
+    if (config_load(&next, r->path, err, sizeof(err)) < 0 ||
+        config_validate(&next, err, sizeof(err)) < 0) {
+        log_error("reload: %s; keeping the running configuration", err);
+        return;
+    }
+    if (next.log_level != r->cfg->log_level) {
+        r->cfg->log_level = next.log_level;
+        log_set_level(next.log_level);
+        log_info("reload: log_level = %s", config_log_level_name(next.log_level));
+    }
+    if (next.dram_max_leased != r->cfg->dram_max_leased) {
+        r->cfg->dram_max_leased = next.dram_max_leased;
+        log_info("reload: [dram] max_leased_per_client = %llu",
+                 (unsigned long long)next.dram_max_leased);
+    }
+    log_unapplied(r->cfg, &next);
+    log_info("reload: done");
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -70,10 +155,13 @@ int main(int argc, char **argv)
     store *nvme = NULL;
     dram *d = NULL;
     struct event_base *base = NULL;
-    struct event *sigterm = NULL, *sigint = NULL;
+    struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
+    reload_ctx reload = { NULL, NULL };
+    struct event *watchdog = NULL;  /* systemd WatchdogSec= keep-alive, see notify.h */
     workers *w = NULL;
     fetcher *fx = NULL;
     server *srv = NULL;
+    metrics *met = NULL;
     FILE *trace = NULL;
 
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -117,6 +205,8 @@ int main(int argc, char **argv)
         return 0;
     }
     log_set_level(cfg.log_level);
+    reload.path = cfg_path;
+    reload.cfg = &cfg;
     signal(SIGPIPE, SIG_IGN);
 
     if (source_new(&cfg, &src) < 0)
@@ -168,6 +258,22 @@ int main(int argc, char **argv)
         fetcher_set_trace(fx, trace);
         log_info("recording chunk lookups to %s", cfg.trace_file);
     }
+    /* Before the server, so that a metrics port already taken stops us
+     * before the socket appears; scrapes only start with the loop, when
+     * srv is set. */
+    if (cfg.metrics_listen[0]) {
+        if (metrics_start(base, cfg.metrics_listen, metrics_snapshot, &srv, &met, err,
+                          sizeof(err)) < 0) {
+            log_error("[metrics] listen %s", err);
+            goto fail;
+        }
+        if (strncmp(metrics_address(met), "unix:", 5) == 0)
+            log_info("metrics on %s (GET /metrics)", metrics_address(met));
+        else
+            log_info("metrics on http://%s/metrics", metrics_address(met));
+    } else {
+        log_info("metrics endpoint off ([metrics] listen is empty)");
+    }
     {
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .w = w,
@@ -180,14 +286,30 @@ int main(int argc, char **argv)
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
-    if (!sigterm || !sigint || event_add(sigterm, NULL) < 0 || event_add(sigint, NULL) < 0)
+    sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
+    if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||
+        event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0)
         goto fail;
     log_info("serving %s on %s (%d roots, chunk %llu, dram %llu)", cfg.roots[0], cfg.socket,
              cfg.nroots, (unsigned long long)cfg.chunk_size,
              (unsigned long long)cfg.dram_capacity);
+    /* systemd (Type=notify): ready now that the socket listens; no-ops
+     * outside systemd.  A failed notification is logged, not fatal: the
+     * manager's own timeouts handle a daemon it never hears from. */
+    if (notify_watchdog_start(base, &watchdog) < 0) {
+        log_error("watchdog timer: out of memory");
+        goto fail;
+    }
+    {
+        int nrc = notify_sendf("READY=1\nSTATUS=serving %d roots", cfg.nroots);
+        if (nrc < 0)
+            log_warn("sd_notify READY=1 to $NOTIFY_SOCKET: %s", strerror(-nrc));
+    }
     event_base_dispatch(base);
+    (void)notify_send("STOPPING=1");
     rc = 0;
 fail:
+    metrics_stop(&met);         /* its scrapes read the server */
     if (srv)
         server_shutdown(srv);
     workers_stop(&w);
@@ -199,6 +321,9 @@ fail:
         event_free(sigterm);
     if (sigint)
         event_free(sigint);
+    if (sighup)
+        event_free(sighup);
+    notify_watchdog_stop(&watchdog);
     if (base)
         event_base_free(base);
     dram_free(&d);

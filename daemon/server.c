@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -104,6 +105,7 @@ struct readreq {
     int err;
     char errmsg[256];
     uint64_t budget;            /* bytes counted in c->inflight_bytes */
+    uint64_t t0;                /* latency_now() when received */
     chunk *chunks[READ_MAX_CHUNKS];
     readslot slots[READ_MAX_CHUNKS];
 };
@@ -118,10 +120,26 @@ typedef struct openreq {
     struct stat st;
     int rc;
     char errmsg[256];
+    uint64_t t0;                /* latency_now() when received */
 } openreq;
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_close(conn *c);
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: tens of ns), for request latency. */
+static uint64_t latency_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A request of class op (GR_LAT_*) received at t0 has just been answered. */
+static void latency_note(conn *c, unsigned op, uint64_t t0)
+{
+    gr_latency_record(&c->srv->d.stats->latency[op], latency_now() - t0);
+}
 
 static conn *conn_ref(conn *c)
 {
@@ -429,8 +447,10 @@ static void open_done(wq_job *j)
             reply_error(c, PROTO_OP_OPEN, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);
     }
-    if (!c->dead)
+    if (!c->dead) {
+        latency_note(c, GR_LAT_open, o->t0);
         conn_update_events(c);
+    }
     conn_unref(&o->c);
     free(o);
 }
@@ -443,11 +463,13 @@ static void handle_open(conn *c, const proto_msg *m)
     int root, rc;
     srcfile *f;
     openreq *o;
+    uint64_t t0 = latency_now();
 
     s->d.stats->opens++;
     rc = source_resolve(s->d.src, m->u.open.path, m->u.open.len, &norm, &root, err, sizeof(err));
     if (rc < 0) {
         reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);
+        latency_note(c, GR_LAT_open, t0);
         return;
     }
     f = source_lookup(s->d.src, norm, source_now());
@@ -456,6 +478,7 @@ static void handle_open(conn *c, const proto_msg *m)
         free(norm);
         reply_attr(c, m->h.req_id, f);
         srcfile_unref(&f);
+        latency_note(c, GR_LAT_open, t0);
         return;
     }
     o = calloc(1, sizeof(*o));
@@ -470,6 +493,7 @@ static void handle_open(conn *c, const proto_msg *m)
     o->req_id = m->h.req_id;
     o->norm = norm;
     o->root = root;
+    o->t0 = t0;
     c->inflight++;
     workers_submit(s->d.w, &o->job, WQ_DEMAND);
 }
@@ -609,8 +633,10 @@ static void read_finish(readreq *r)
         read_reply(c, r);
     for (unsigned i = 0; i < r->n; i++)
         chunk_unref(&r->chunks[i]);
-    if (!c->dead)
+    if (!c->dead) {
+        latency_note(c, GR_LAT_read, r->t0);
         conn_update_events(c);
+    }
     srcfile_unref(&r->f);
     conn_unref(&r->c);
     free(r);
@@ -642,9 +668,11 @@ static void handle_read(conn *c, const proto_msg *m)
     uint64_t size, off = m->u.read.off, len = m->u.read.len, cs;
     readreq *r;
     unsigned n;
+    uint64_t t0 = latency_now();
 
     if (!f) {
         reply_error(c, op, m->h.req_id, -EBADF, "no such handle");
+        latency_note(c, GR_LAT_read, t0);
         return;
     }
     size = (uint64_t)f->st.st_size;
@@ -659,6 +687,7 @@ static void handle_read(conn *c, const proto_msg *m)
             o->iov[0].iov_len = o->len;
             conn_send(c, o);
         }
+        latency_note(c, GR_LAT_read, t0);
         return;
     }
     if (len > size - off)
@@ -690,6 +719,7 @@ static void handle_read(conn *c, const proto_msg *m)
         return;
     }
     r->op = op;
+    r->t0 = t0;
     r->budget = (uint64_t)n * cs;
     c->inflight_bytes += r->budget;
     r->c = conn_ref(c);

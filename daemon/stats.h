@@ -2,7 +2,7 @@
  * stats.h - the daemon's counters and gauges, declared once.
  *
  * The X-macro table below drives the struct, the STATS reply (and so
- * `granaryctl stats` and its JSON), and later the metrics endpoint.  Add a
+ * `granaryctl stats` and its JSON), and the metrics endpoint.  Add a
  * line here and it appears everywhere.  Counters only grow; gauges are
  * filled from the tiers when a snapshot is taken.
  */
@@ -52,10 +52,66 @@
     X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \
     X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep")
 
+/*
+ * Request latency histograms, one per class of request: the time from
+ * decoding a request to queuing its answer (requests of clients that left
+ * meanwhile are not counted).  Fixed upper bounds, 1-2.5-5 per decade from
+ * 10 us to 10 s, then +Inf.  The metrics endpoint renders them; the STATS
+ * reply does not carry them.  Loop thread only, like the counters.
+ */
+#define GR_LATENCY_OPS(X) \
+    X(read, "READ and READX requests") \
+    X(open, "OPEN requests")
+
+enum {
+#define GR_LATENCY_ENUM(name, help) GR_LAT_##name,
+    GR_LATENCY_OPS(GR_LATENCY_ENUM)
+#undef GR_LATENCY_ENUM
+    GR_LAT_NOPS
+};
+
+#define GR_LATENCY_NBOUNDS 19
+
+typedef struct gr_latency {
+    uint64_t count;             /* observations */
+    uint64_t sum_ns;            /* their total, nanoseconds */
+    /* buckets[i]: observations above bound i-1 and at most bound i (not
+     * cumulative); buckets[GR_LATENCY_NBOUNDS]: above the last bound. */
+    uint64_t buckets[GR_LATENCY_NBOUNDS + 1];
+} gr_latency;
+
+/* Upper bound of bucket i < GR_LATENCY_NBOUNDS, in nanoseconds. */
+static inline uint64_t gr_latency_bound_ns(unsigned i)
+{
+    static const uint64_t b[GR_LATENCY_NBOUNDS] = {
+        10000, 25000, 50000,                    /* 10 us .. */
+        100000, 250000, 500000,
+        1000000, 2500000, 5000000,              /* 1 ms .. */
+        10000000, 25000000, 50000000,
+        100000000, 250000000, 500000000,
+        1000000000, 2500000000u, 5000000000u,   /* 1 s .. */
+        10000000000u,
+    };
+    return b[i];
+}
+
+/* Count one observation of ns nanoseconds: a short scan, no division. */
+static inline void gr_latency_record(gr_latency *h, uint64_t ns)
+{
+    unsigned i = 0;
+
+    while (i < GR_LATENCY_NBOUNDS && ns > gr_latency_bound_ns(i))
+        i++;
+    h->buckets[i]++;
+    h->count++;
+    h->sum_ns += ns;
+}
+
 typedef struct gr_stats {
 #define GR_STATS_FIELD(kind, name, help) uint64_t name;
     GR_STATS(GR_STATS_FIELD)
 #undef GR_STATS_FIELD
+    gr_latency latency[GR_LAT_NOPS];    /* indexed by GR_LAT_* */
 } gr_stats;
 
 #endif

@@ -195,6 +195,12 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
             return -EMSGSIZE;
         if (n != PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN + il)
             return -EPROTO;
+        /* Each extent's reserved word must be 0, like every reserved field:
+         * a reply that re-encodes differently is not one the daemon sent
+         * (found by tests/fuzz/fuzz_proto.c). */
+        for (uint32_t i = 0; i < ne; i++)
+            if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) != 0)
+                return -EPROTO;
         m->u.readx.nextents = ne;
         m->u.readx.extents = b + PROTO_READX_PREFIX;
         m->u.readx.inline_len = il;

@@ -112,6 +112,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(cfg->nvme_capacity, 10 * GIB);
     ck_assert_str_eq(cfg->nvme_policy, "lru");
     ck_assert_uint_eq(cfg->nvme_inline_max, 64 * KIB);
+    ck_assert_str_eq(cfg->metrics_listen, "127.0.0.1:9464");
     ck_assert_int_eq(config_validate(cfg, err, sizeof(err)), 0);
     /* Deterministic down to unused bytes, so memcmp compares configs. */
     ck_assert_int_eq(memcmp(cfg, cfg2, sizeof(*cfg)), 0);
@@ -554,7 +555,8 @@ START_TEST(test_describe)
         "daemon.socket ", "daemon.socket_mode ", "daemon.io_threads ", "daemon.log_level ",
         "daemon.max_clients ", "source.roots ", "source.chunk_size ", "source.attr_ttl ",
         "dram.capacity ", "dram.policy ", "nvme.path ", "nvme.capacity ", "nvme.policy ",
-        "nvme.inline_max ", "/run/granary/granary.sock", "error|warn|info|debug",
+        "nvme.inline_max ", "metrics.listen ", "127.0.0.1:9464",
+        "/run/granary/granary.sock", "error|warn|info|debug",
         "size 2^n 64K..256M", "int 1..256", "enum lru", "DESCRIPTION",
     };
     int lines = 0;
@@ -566,7 +568,7 @@ START_TEST(test_describe)
         ck_assert_msg(strstr(buf, want[i]) != NULL, "\"%s\" missing in\n%s", want[i], buf);
     for (char *p = buf; *p; p++)
         lines += *p == '\n';
-    ck_assert_int_eq(lines, 1 + 16);   /* a heading, then one line per key */
+    ck_assert_int_eq(lines, 1 + 17);   /* a heading, then one line per key */
     free(buf);
 }
 END_TEST

@@ -35,6 +35,8 @@ capacity = 64M
 [nvme]
 path = $dir/nvme
 capacity = 64M
+[metrics]
+listen =
 CONF
 $GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
 pid=$!
@@ -89,6 +91,24 @@ $CTL bogus > /dev/null 2>&1
 check "unknown command: exit 2" test $? -eq 2
 $CTL --help | grep -q "usage: granaryctl"
 check "--help" test $? -eq 0
+
+# SIGHUP: live keys apply, others are named as needing a restart, a broken
+# file changes nothing; the daemon keeps serving throughout.
+cp "$dir/g.conf" "$dir/g.conf.orig"
+printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\n' >> "$dir/g.conf"
+kill -HUP "$pid"
+sleep 0.5
+grep -q "reload: log_level = debug" "$dir/log"
+check "SIGHUP applies log_level" test $? -eq 0
+grep -q "attr_ttl = 5: takes effect after a restart" "$dir/log"
+check "SIGHUP names what needs a restart" test $? -eq 0
+echo "bogus line" >> "$dir/g.conf"
+kill -HUP "$pid"
+sleep 0.5
+grep -q "keeping the running configuration" "$dir/log"
+check "SIGHUP with a broken file keeps the configuration" test $? -eq 0
+$CTL -s "$dir/sock" cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
+check "still serving after reloads" test $? -eq 0
 
 kill -TERM "$pid"
 wait "$pid"

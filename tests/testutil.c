@@ -110,7 +110,8 @@ void tu_daemon_init(tu_daemon *d, const char *extra)
             "[daemon]\nsocket = %s\nlog_level = debug\nio_threads = 4\n"
             "[source]\nroots = %s\nchunk_size = 64K\nattr_ttl = 0.2\n"
             "[dram]\ncapacity = 8M\n"
-            "[nvme]\npath = %s\ncapacity = 64M\ninline_max = 16K\n",
+            "[nvme]\npath = %s\ncapacity = 64M\ninline_max = 16K\n"
+            "[metrics]\nlisten =\n",
             d->sock, d->src, d->nvme);
     if (extra)
         fputs(extra, f);

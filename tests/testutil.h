@@ -41,7 +41,8 @@ typedef struct tu_daemon {
 
 /*
  * Make the scratch tree and write a config: roots = src, nvme path, socket,
- * chunk_size 64K, attr_ttl 0.2, dram 8M, nvme 64M (inline_max 16K), log_level debug; then
+ * chunk_size 64K, attr_ttl 0.2, dram 8M, nvme 64M (inline_max 16K), no metrics
+ * endpoint (tests run side by side), log_level debug; then
  * the lines of extra (may be NULL), which override by section ("[dram]\n
  * capacity = 2M\n").  Does not start the daemon.
  */
