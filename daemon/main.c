@@ -8,9 +8,9 @@
  * fetcher -> metrics endpoint (a port already taken stops start-up) ->
  * server (the socket appears last, when everything behind it is ready).
  * Tear-down: metrics (its scrapes read the server) -> server (socket
- * removed, clients dropped) -> workers
- * (queued jobs finish, their completions run) -> fetcher -> DRAM -> store
- * (RocksDB closed) -> source.
+ * removed, clients dropped) -> workers (queued NVMe writes dropped, demand
+ * jobs finish, every completion runs) -> fetcher -> DRAM -> store (RocksDB
+ * closed) -> source.
  */
 #include <errno.h>
 #include <event2/event.h>
