@@ -29,6 +29,11 @@
 #include "granary.h"
 #include "proto.h"
 
+_Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PROTO_ADMIN_INVALIDATE &&
+                   GR_ADMIN_PIN == PROTO_ADMIN_PIN && GR_ADMIN_UNPIN == PROTO_ADMIN_UNPIN &&
+                   GR_ADMIN_HEALTH == PROTO_ADMIN_HEALTH && GR_ADMIN_CONFIG == PROTO_ADMIN_CONFIG,
+               "granary.h and proto.h disagree on admin commands");
+
 #define GR_WINDOW 8                     /* READX pieces in flight */
 #define GR_PIECE_MIN (1u << 20)         /* pieces are whole chunks, at least this big */
 #define GR_MAX_SEGS (1u << 20)          /* arena segments a reply may name (64 TiB of 64 MiB) */
@@ -730,6 +735,50 @@ void gr_ref_release(gr_ref *r)
     }
     free(r->heap);
     free(r);
+}
+
+int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
+{
+    uint8_t req[PROTO_HDR_LEN + 1 + PROTO_MAX_PATH];
+    size_t len = arg ? strlen(arg) : 0;
+    proto_msg m;
+    uint32_t id;
+    ssize_t n;
+    int rc, ret = -1;
+
+    *text = NULL;
+    pthread_mutex_lock(&c->lock);
+    id = take_id(c);
+    n = proto_enc_admin(req, sizeof(req), id, (uint8_t)cmd, arg, len);
+    if (n < 0) {
+        fail(c, len > PROTO_MAX_PATH ? -ENAMETOOLONG : -EINVAL);
+        goto out;
+    }
+    rc = call(c, req, (size_t)n, id, &m);
+    if (rc < 0) {
+        fail(c, rc);
+        goto out;
+    }
+    if (m.h.status < 0) {
+        fail_reply(c, &m);
+        goto out;
+    }
+    if (m.h.op != PROTO_OP_ADMIN) {
+        fail(c, -EPROTO);
+        goto out;
+    }
+    *text = malloc(m.u.data.len + 1);
+    if (!*text) {
+        fail(c, -ENOMEM);
+        goto out;
+    }
+    memcpy(*text, m.u.data.p, m.u.data.len);
+    (*text)[m.u.data.len] = '\0';
+    c->errtext[0] = '\0';
+    ret = 0;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return ret;
 }
 
 int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg)

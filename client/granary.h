@@ -102,6 +102,22 @@ void gr_ref_release(gr_ref *ref);
  */
 int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg);
 
+/*
+ * Operator commands (what granaryctl uses).  cmd is a GR_ADMIN_* value; arg
+ * the file's path for the first four, NULL otherwise.  On success *text is
+ * the daemon's answer, NUL-terminated, malloc'd (the caller frees it).
+ * Returns 0, or -1 with errno: EPERM when the caller is neither root nor in
+ * the daemon's [daemon] admin_group (evict, invalidate, pin, unpin only),
+ * or the file's error.
+ */
+#define GR_ADMIN_EVICT      1   /* drop the file's cached chunks */
+#define GR_ADMIN_INVALIDATE 2   /* drop them and forget its attributes */
+#define GR_ADMIN_PIN        3   /* never evict its chunks (until unpin or restart) */
+#define GR_ADMIN_UNPIN      4
+#define GR_ADMIN_HEALTH     5   /* "ok: ..." or "unhealthy: reason" */
+#define GR_ADMIN_CONFIG     6   /* the running configuration, INI */
+int gr_admin(gr_client *c, int cmd, const char *arg, char **text);
+
 /* The one-line reason for the last failed call on c ("" if none).  The
  * string lives until the next call on c. */
 const char *gr_strerror_last(gr_client *c);

@@ -27,6 +27,12 @@ struct dram {
     chunk **buckets;
     size_t nbuckets;            /* power of two */
     chunk *ohead, *otail;       /* overflow LRU: head most recent */
+    struct {
+        uint8_t prefix[CHUNK_KEY_LEN];
+        size_t plen;
+    } *pins;                    /* pinned key prefixes */
+    size_t npins;
+    uint64_t pinned_bytes;
 };
 
 void chunk_key(uint8_t key[CHUNK_KEY_LEN], const uint8_t id[16], uint64_t idx)
@@ -177,6 +183,9 @@ static void dram_remove(dram *d, chunk *c)
     *pp = c->hnext;
     c->hnext = NULL;
     if (c->ar) {
+        if (c->pinned)
+            d->pinned_bytes -= c->cap;
+        c->pinned = 0;
         policy_remove(d->pol, &c->pn);
     } else {
         overflow_unlink(d, c);
@@ -205,6 +214,7 @@ void dram_free(dram **dp)
                 dram_remove(d, d->buckets[i]);
     policy_free(&d->pol);
     arena_free(&d->ar);
+    free(d->pins);
     free(d->buckets);
     free(d);
     *dp = NULL;
@@ -265,6 +275,26 @@ static uint64_t block_size(uint64_t len)
     return b;
 }
 
+static int pinned_key(const dram *d, const uint8_t *key)
+{
+    for (size_t i = 0; i < d->npins; i++)
+        if (memcmp(d->pins[i].prefix, key, d->pins[i].plen) == 0)
+            return 1;
+    return 0;
+}
+
+static void set_pinned(dram *d, chunk *c, int pinned)
+{
+    if (c->pinned == !!pinned)
+        return;
+    policy_pin(d->pol, &c->pn, pinned);
+    c->pinned = !!pinned;
+    if (pinned)
+        d->pinned_bytes += c->cap;
+    else
+        d->pinned_bytes -= c->cap;
+}
+
 chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
 {
     arena_block blk;
@@ -322,6 +352,9 @@ void dram_put(dram *d, chunk *c)
             return;
         policy_node_init(&c->pn, key_hash(c->key), c->cap);
         policy_insert(d->pol, &c->pn);
+        c->pinned = 0;
+        if (d->npins && pinned_key(d, c->key))
+            set_pinned(d, c, 1);
     } else {
         /* The overflow keeps a heap chunk just long enough for the client
          * to come back for the rest of it: an inline reply carries at most
@@ -343,17 +376,51 @@ void dram_put(dram *d, chunk *c)
     d->count++;
 }
 
-void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
+long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
 {
+    long n = 0;
+
     for (size_t i = 0; i < d->nbuckets; i++) {
         chunk *c = d->buckets[i];
         while (c) {
             chunk *next = c->hnext;
-            if (memcmp(c->key, prefix, plen) == 0)
+            if (memcmp(c->key, prefix, plen) == 0) {
                 dram_remove(d, c);
+                n++;
+            }
             c = next;
         }
     }
+    return n;
+}
+
+long dram_pin_prefix(dram *d, const uint8_t *prefix, size_t plen, int pinned)
+{
+    size_t i;
+    long n = 0;
+
+    for (i = 0; i < d->npins; i++)
+        if (d->pins[i].plen == plen && memcmp(d->pins[i].prefix, prefix, plen) == 0)
+            break;
+    if (pinned && i == d->npins) {
+        void *np = realloc(d->pins, (d->npins + 1) * sizeof(*d->pins));
+        if (!np)
+            return -ENOMEM;
+        d->pins = np;
+        memcpy(d->pins[d->npins].prefix, prefix, plen);
+        d->pins[d->npins].plen = plen;
+        d->npins++;
+    } else if (!pinned && i < d->npins) {
+        d->pins[i] = d->pins[--d->npins];
+    }
+    for (size_t b = 0; b < d->nbuckets; b++)
+        for (chunk *c = d->buckets[b]; c; c = c->hnext)
+            if (memcmp(c->key, prefix, plen) == 0) {
+                if (c->ar)      /* unpinning keeps what another pin covers */
+                    set_pinned(d, c, pinned || pinned_key(d, c->key));
+                n++;
+            }
+    return n;
 }
 
 void dram_get_stats(const dram *d, dram_stats *out)
@@ -368,4 +435,5 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;
     out->not_admitted = d->not_admitted;
+    out->pinned_bytes = d->pinned_bytes;
 }

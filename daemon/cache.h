@@ -47,6 +47,7 @@ struct chunk {
     chunk *prev, *next;     /* the overflow's LRU list (heap chunks) */
     int in_tier;
     int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
+    int pinned;             /* pinned in the policy: never evicted */
 };
 
 /* Build a key from a file id and a chunk index. */
@@ -63,6 +64,7 @@ typedef struct dram dram;
 
 typedef struct dram_stats {
     uint64_t not_admitted;      /* misses the policy chose not to cache */
+    uint64_t pinned_bytes;      /* bytes of pinned chunks */
     uint64_t capacity_bytes;    /* the arena's size */
     uint64_t used_bytes;        /* arena bytes allocated: cached, leased or in flight */
     uint64_t cached_bytes;      /* bytes of the blocks of the chunks the tier holds */
@@ -103,8 +105,15 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
  * its last user is done). */
 void dram_put(dram *d, chunk *c);
 
-/* Drop every chunk whose key starts with the plen bytes of prefix. */
-void dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen);
+/* Drop every chunk whose key starts with the plen bytes of prefix.
+ * Returns how many. */
+long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen);
+
+/* Pin (pinned != 0) or unpin the chunks whose key starts with prefix, now
+ * and as they arrive: pinned chunks are never evicted.  Pins last until
+ * dram_free.  Returns the number of chunks held now under the prefix, or
+ * -ENOMEM. */
+long dram_pin_prefix(dram *d, const uint8_t *prefix, size_t plen, int pinned);
 
 void dram_get_stats(const dram *d, dram_stats *out);
 

@@ -82,6 +82,8 @@ static const config_key config_keys[] = {
       "info", "least severe level logged to stderr" },
     { "daemon", "max_clients", KT_INT, 0, FIELD(max_clients), 1, 65536, NULL,
       "1024", "client connections accepted at once" },
+    { "daemon", "admin_group", KT_PATH, KF_EMPTY_OK, FIELD(admin_group), 0, 0, NULL,
+      "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only" },
     { "daemon", "trace_file", KT_PATH, KF_EMPTY_OK, FIELD(trace_file), 0, 0, NULL,
       "", "append every chunk lookup to this file (bench/SIMULATE.md format); empty: off" },
     { "source", "roots", KT_ROOTS, 0, FIELD(roots), 0, CONFIG_MAX_ROOTS, NULL,

@@ -31,6 +31,7 @@ typedef struct gr_config {
     log_level log_level;       /* error | warn | info | debug */
     int max_clients;           /* connections accepted at once, 1..65536 */
     char trace_file[PATH_MAX]; /* chunk lookups are appended here; "" = off */
+    char admin_group[64];      /* group whose members may run admin commands; "" = root only */
     /* [source] */
     char roots[CONFIG_MAX_ROOTS][PATH_MAX]; /* colon-separated in the file, absolute */
     int nroots;

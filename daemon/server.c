@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ struct conn {
     uid_t uid;
     gid_t gid;
     pid_t pid;
+    int is_admin;               /* root, or in [daemon] admin_group (at connect) */
     unsigned refs;              /* the loop's + one per request in flight */
     int dead;
     int reading;                /* EV_READ armed */
@@ -81,6 +83,7 @@ struct server {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     conn *conns;
     unsigned nconns, next_id;
+    gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
     uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */
 };
 
@@ -742,6 +745,239 @@ static void handle_read(conn *c, const proto_msg *m)
         read_finish(r);
 }
 
+/* ---- ADMIN ---- */
+
+/* An ADMIN command in flight: a stat (and for some commands an NVMe-tier
+ * call) on an I/O thread, between steps on the loop. */
+typedef struct adminreq {
+    wq_job job;
+    conn *c;
+    uint32_t req_id;
+    uint8_t cmd;
+    int phase;                  /* 0: stat the file / check roots; 1: NVMe tier */
+    char *norm;
+    int root;
+    struct stat st;
+    uint8_t id[SOURCE_ID_LEN];
+    long dram_n, nvme_n;
+    int rc;
+    char text[1024];
+} adminreq;
+
+/* Reply with status 0 and text as the body. */
+static void reply_text(conn *c, uint8_t op, uint32_t req_id, const char *text, size_t len)
+{
+    outmsg *m;
+
+    if (len > PROTO_MAX_BODY)
+        len = PROTO_MAX_BODY;
+    m = outmsg_new(len);
+    if (!m)
+        return;
+    proto_encode_hdr(m->buf, op, PROTO_F_REPLY, req_id, 0, (uint32_t)len);
+    memcpy(m->buf + PROTO_HDR_LEN, text, len);
+    conn_send(c, m);
+}
+
+/* Whether the peer (uid, primary gid, pid) may run admin commands: root, or
+ * a member of admin_gid (supplementary groups from /proc/PID/status). */
+static int peer_is_admin(const server *s, uid_t uid, gid_t gid, pid_t pid)
+{
+    char path[64], line[4096];
+    FILE *f;
+    int ok = 0;
+
+    if (uid == 0)
+        return 1;
+    if (s->admin_gid == (gid_t)-1)
+        return 0;
+    if (gid == s->admin_gid)
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "re");
+    if (!f)
+        return 0;
+    while (!ok && fgets(line, sizeof(line), f)) {
+        char *p, *end;
+        if (strncmp(line, "Groups:", 7))
+            continue;
+        for (p = line + 7;; p = end) {
+            unsigned long g = strtoul(p, &end, 10);
+            if (end == p)
+                break;
+            if ((gid_t)g == s->admin_gid)
+                ok = 1;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+static void admin_run(wq_job *j)
+{
+    adminreq *a = (adminreq *)j;
+    server *s = a->c->srv;
+
+    if (a->cmd == PROTO_ADMIN_HEALTH) {
+        a->rc = source_check_roots(s->d.src, a->text, sizeof(a->text));
+        return;
+    }
+    if (a->phase == 0) {
+        a->rc = source_stat(s->d.src, a->norm, a->root, &a->st, a->text, sizeof(a->text));
+        return;
+    }
+    if (!s->d.nvme)
+        return;
+    if (a->cmd == PROTO_ADMIN_PIN || a->cmd == PROTO_ADMIN_UNPIN)
+        a->nvme_n = store_pin_prefix(s->d.nvme, a->id, SOURCE_ID_LEN, a->cmd == PROTO_ADMIN_PIN);
+    else
+        a->nvme_n = store_drop_prefix(s->d.nvme, a->id, SOURCE_ID_LEN);
+}
+
+static void admin_health_reply(adminreq *a)
+{
+    server *s = a->c->srv;
+    char out[1024];
+    dram_stats ds;
+    int n;
+
+    dram_get_stats(s->d.dram, &ds);
+    if (a->rc < 0) {
+        n = snprintf(out, sizeof(out), "unhealthy: %s\n", a->text);
+    } else {
+        n = snprintf(out, sizeof(out), "ok: %d source roots readable, dram %llu%% used",
+                     s->d.cfg->nroots,
+                     (unsigned long long)(ds.capacity_bytes ? ds.used_bytes * 100 / ds.capacity_bytes : 0));
+        if (s->d.nvme) {
+            store_stats ns;
+            store_get_stats(s->d.nvme, &ns);
+            n += snprintf(out + n, sizeof(out) - (size_t)n, ", nvme %llu%% used",
+                          (unsigned long long)(ns.capacity_bytes ? ns.used_bytes * 100 / ns.capacity_bytes : 0));
+            if (ns.io_errors)
+                n = snprintf(out, sizeof(out), "unhealthy: nvme tier: %llu I/O errors\n",
+                             (unsigned long long)ns.io_errors);
+            else
+                n += snprintf(out + n, sizeof(out) - (size_t)n, "\n");
+        } else {
+            n += snprintf(out + n, sizeof(out) - (size_t)n, ", no nvme tier\n");
+        }
+    }
+    reply_text(a->c, PROTO_OP_ADMIN, a->req_id, out, (size_t)n);
+}
+
+static void admin_done(wq_job *j)
+{
+    adminreq *a = (adminreq *)j;
+    conn *c = a->c;
+    server *s = c->srv;
+    char out[512];
+    int n;
+
+    if (c->dead)
+        goto out;
+    if (a->cmd == PROTO_ADMIN_HEALTH) {
+        admin_health_reply(a);
+        goto out;
+    }
+    if (a->phase == 0) {
+        srcfile *f;
+        if (a->rc < 0) {
+            reply_error(c, PROTO_OP_ADMIN, a->req_id, a->rc, a->text);
+            goto out;
+        }
+        /* Refresh the attribute cache with what was just seen, and act on
+         * the file's current identity. */
+        f = source_install(s->d.src, a->norm, a->root, &a->st, source_now());
+        a->norm = NULL;
+        if (!f) {
+            reply_error(c, PROTO_OP_ADMIN, a->req_id, -ENOMEM, NULL);
+            goto out;
+        }
+        memcpy(a->id, f->id, SOURCE_ID_LEN);
+        if (a->cmd == PROTO_ADMIN_INVALIDATE)
+            source_forget(s->d.src, f->path);
+        srcfile_unref(&f);
+        if (a->cmd == PROTO_ADMIN_PIN || a->cmd == PROTO_ADMIN_UNPIN)
+            a->dram_n = dram_pin_prefix(s->d.dram, a->id, SOURCE_ID_LEN, a->cmd == PROTO_ADMIN_PIN);
+        else
+            a->dram_n = dram_drop_prefix(s->d.dram, a->id, SOURCE_ID_LEN);
+        a->phase = 1;
+        workers_submit(s->d.w, &a->job, WQ_DEMAND);
+        return;
+    }
+    switch (a->cmd) {
+    case PROTO_ADMIN_PIN:
+        n = snprintf(out, sizeof(out), "pinned: %ld chunks in dram, %ld on nvme now; more as they "
+                     "are read\n", a->dram_n, a->nvme_n);
+        break;
+    case PROTO_ADMIN_UNPIN:
+        n = snprintf(out, sizeof(out), "unpinned: %ld chunks in dram, %ld on nvme\n",
+                     a->dram_n, a->nvme_n);
+        break;
+    default:
+        n = snprintf(out, sizeof(out), "%s: %ld chunks from dram, %ld from nvme\n",
+                     a->cmd == PROTO_ADMIN_EVICT ? "evicted" : "invalidated", a->dram_n, a->nvme_n);
+        break;
+    }
+    reply_text(c, PROTO_OP_ADMIN, a->req_id, out, (size_t)n);
+out:
+    c->inflight--;
+    if (!c->dead)
+        conn_update_events(c);
+    free(a->norm);
+    conn_unref(&a->c);
+    free(a);
+}
+
+static void handle_admin(conn *c, const proto_msg *m)
+{
+    server *s = c->srv;
+    uint8_t cmd = m->u.admin.cmd;
+    char err[256];
+    adminreq *a;
+
+    if (cmd == PROTO_ADMIN_CONFIG) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) {
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
+            return;
+        }
+        config_dump(s->d.cfg, f);
+        fclose(f);
+        reply_text(c, PROTO_OP_ADMIN, m->h.req_id, text, len);
+        free(text);
+        return;
+    }
+    if (cmd != PROTO_ADMIN_HEALTH && !c->is_admin) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EPERM,
+                    "admin commands are for root and the [daemon] admin_group");
+        return;
+    }
+    a = calloc(1, sizeof(*a));
+    if (!a) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    a->cmd = cmd;
+    if (cmd != PROTO_ADMIN_HEALTH) {
+        int rc = source_resolve(s->d.src, m->u.admin.arg, m->u.admin.len, &a->norm, &a->root,
+                                err, sizeof(err));
+        if (rc < 0) {
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc, err);
+            free(a);
+            return;
+        }
+    }
+    a->job.run = admin_run;
+    a->job.done = admin_done;
+    a->c = conn_ref(c);
+    a->req_id = m->h.req_id;
+    c->inflight++;
+    workers_submit(s->d.w, &a->job, WQ_DEMAND);
+}
+
 static void handle_hello(conn *c, const proto_msg *m)
 {
     proto_hello h = {
@@ -831,6 +1067,9 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         break;
     case PROTO_OP_RELEASE:
         handle_release(c, &m);
+        break;
+    case PROTO_OP_ADMIN:
+        handle_admin(c, &m);
         break;
     case PROTO_OP_STATS:
         handle_stats(c, &m);
@@ -963,6 +1202,7 @@ static void server_accept(evutil_socket_t lfd, short what, void *arg)
         c->uid = cred.uid;
         c->gid = cred.gid;
         c->pid = cred.pid;
+        c->is_admin = peer_is_admin(s, cred.uid, cred.gid, cred.pid);
         c->refs = 1;
         c->ev = event_new(s->d.base, fd, EV_READ | EV_PERSIST, conn_event, c);
         if (!c->ev || event_add(c->ev, NULL) < 0) {
@@ -1015,6 +1255,15 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         return -ENOMEM;
     s->d = *deps;
     s->lfd = -1;
+    s->admin_gid = (gid_t)-1;
+    if (deps->cfg->admin_group[0]) {
+        struct group *g = getgrnam(deps->cfg->admin_group);
+        if (g)
+            s->admin_gid = g->gr_gid;
+        else
+            log_info("admin_group %s does not exist: admin commands are for root only",
+                     deps->cfg->admin_group);
+    }
     snprintf(s->path, sizeof(s->path), "%s", deps->cfg->socket);
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", s->path);
     rc = make_parent_dirs(s->path, err, errlen);
@@ -1101,6 +1350,7 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_cached_bytes = ds.cached_bytes;
     out->dram_heap_fallbacks = ds.heap_fallbacks;
     out->dram_not_admitted = ds.not_admitted;
+    out->dram_pinned_bytes = ds.pinned_bytes;
     out->dram_capacity_bytes = ds.capacity_bytes;
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;
@@ -1115,5 +1365,6 @@ void server_snapshot(server *s, gr_stats *out)
         out->nvme_chunks = ns.chunks;
         out->evictions_nvme = ns.evictions;
         out->nvme_not_admitted = ns.not_admitted;
+        out->nvme_pinned_bytes = ns.pinned_bytes;
     }
 }

@@ -469,6 +469,31 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
     return srcfile_ref(f);
 }
 
+int source_forget(source *s, const char *norm)
+{
+    srcfile *f = attr_find(s, norm);
+
+    if (!f)
+        return 0;
+    attr_unlink(s, f);
+    srcfile_unref(&f);
+    return 1;
+}
+
+int source_check_roots(source *s, char *err, size_t errlen)
+{
+    for (int r = 0; r < s->nroots; r++) {
+        int fd = open(s->roots[r], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            snprintf(err, errlen, "source root %s: %s", s->roots[r], strerror(e));
+            return -e;
+        }
+        close(fd);
+    }
+    return 0;
+}
+
 srcfile *srcfile_ref(srcfile *f)
 {
     f->refs++;

@@ -82,6 +82,14 @@ srcfile *source_lookup(source *s, const char *norm, double now);
  * ownership of norm.  NULL only on out-of-memory (norm freed). */
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now);
 
+/* Loop thread: forget the cached attributes of norm, so that the next open
+ * looks at the file again.  1 if there were any, else 0. */
+int source_forget(source *s, const char *norm);
+
+/* I/O thread: whether every root can be opened; 0, or -errno with the
+ * first failing root and why in err. */
+int source_check_roots(source *s, char *err, size_t errlen);
+
 /* Loop thread: take and drop references. */
 srcfile *srcfile_ref(srcfile *f);
 void srcfile_unref(srcfile **f);

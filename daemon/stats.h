@@ -45,6 +45,8 @@
     X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \
     X(gauge,   dram_used_bytes,      "arena bytes in use: cached, leased or in flight") \
     X(gauge,   dram_cached_bytes,    "arena bytes of the chunks the DRAM tier holds") \
+    X(gauge,   dram_pinned_bytes,    "DRAM bytes of pinned chunks (never evicted)") \
+    X(gauge,   nvme_pinned_bytes,    "NVMe bytes of pinned chunks (never evicted)") \
     X(gauge,   dram_capacity_bytes,  "capacity of the DRAM tier") \
     X(gauge,   dram_chunks,          "chunks held by the DRAM tier") \
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \

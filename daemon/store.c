@@ -231,11 +231,37 @@ static uint64_t st_charge(const st_entry *e)
     return (st_is_inline(e) ? 0 : st_round(e->len)) + st_meta_charge(e);
 }
 
-/* Hand a linked entry to the policy as a new item. */
+/* Whether a pinned prefix covers key. */
+static int st_pinned_key_locked(const store *s, const uint8_t *key)
+{
+    for (size_t i = 0; i < s->npins; i++)
+        if (memcmp(s->pins[i].prefix, key, s->pins[i].plen) == 0)
+            return 1;
+    return 0;
+}
+
+/* Pin or unpin e in the policy, keeping pinned_bytes. */
+static void st_set_pinned_locked(store *s, st_entry *e, int pinned)
+{
+    if (e->pinned == !!pinned)
+        return;
+    policy_pin(s->pol, &e->pn, pinned);
+    e->pinned = (uint8_t)!!pinned;
+    if (pinned)
+        s->pinned_bytes += e->pn.size;
+    else
+        s->pinned_bytes -= e->pn.size;
+}
+
+/* Hand a linked entry to the policy as a new item (pinned if a pin covers
+ * it). */
 void store__policy_insert_locked(store *s, st_entry *e)
 {
     policy_node_init(&e->pn, st_hash(e->key), st_charge(e));
     policy_insert(s->pol, &e->pn);
+    e->pinned = 0;
+    if (s->npins && st_pinned_key_locked(s, e->key))
+        st_set_pinned_locked(s, e, 1);
 }
 
 /*
@@ -273,6 +299,9 @@ static void st_remove_locked(store *s, st_entry *e)
     uint64_t c = st_meta_charge(e);
 
     store__unhash_locked(s, e);
+    if (e->pinned)
+        s->pinned_bytes -= e->pn.size;
+    e->pinned = 0;
     policy_remove(s->pol, &e->pn);
     s->meta_live -= c;
     s->garbage += c;
@@ -824,6 +853,9 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
         uint64_t g = 2 * ST_REC_BYTES(st_is_inline(old) ? old->len : 0);
 
         store__unhash_locked(s, old);
+        if (old->pinned)
+            s->pinned_bytes -= old->pn.size;
+        old->pinned = 0;
         policy_remove(s->pol, &old->pn);
         s->meta_live -= g + 2 * ST_TOMB_BYTES;
         s->garbage += g;
@@ -936,6 +968,41 @@ unlock:
     return dropped;
 }
 
+long store_pin_prefix(store *s, const uint8_t *prefix, size_t plen, int pinned)
+{
+    long n = 0;
+    size_t i;
+
+    if (plen > STORE_KEY_LEN)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    for (i = 0; i < s->npins; i++)
+        if (s->pins[i].plen == plen && memcmp(s->pins[i].prefix, prefix, plen) == 0)
+            break;
+    if (pinned && i == s->npins) {
+        st_pin *np = realloc(s->pins, (s->npins + 1) * sizeof(*np));
+        if (!np) {
+            pthread_mutex_unlock(&s->lock);
+            return -ENOMEM;
+        }
+        s->pins = np;
+        memcpy(s->pins[s->npins].prefix, prefix, plen);
+        s->pins[s->npins].plen = plen;
+        s->npins++;
+    } else if (!pinned && i < s->npins) {
+        s->pins[i] = s->pins[--s->npins];
+    }
+    for (size_t b = 0; b <= s->tabmask; b++)
+        for (st_entry *e = s->tab[b]; e; e = e->hnext)
+            if (memcmp(e->key, prefix, plen) == 0) {
+                /* Unpinning keeps what another pin still covers. */
+                st_set_pinned_locked(s, e, pinned || st_pinned_key_locked(s, e->key));
+                n++;
+            }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 void store_get_stats(store *s, store_stats *out)
 {
     pthread_mutex_lock(&s->lock);
@@ -943,6 +1010,7 @@ void store_get_stats(store *s, store_stats *out)
     out->capacity_bytes = s->capacity;
     out->used_bytes = st_used_locked(s);
     out->chunks = s->count;
+    out->pinned_bytes = s->pinned_bytes;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -1102,6 +1170,7 @@ void store_close(store **sp)
     }
     free(s->cls);
     policy_free(&s->pol);
+    free(s->pins);
     if (s->tab) {
         for (size_t i = 0; i <= s->tabmask; i++) {
             for (st_entry *e = s->tab[i], *next; e; e = next) {

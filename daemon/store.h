@@ -46,6 +46,7 @@ typedef struct store_stats {
     uint64_t puts, put_errors;
     uint64_t evictions;         /* chunks evicted for space */
     uint64_t not_admitted;      /* puts of new keys the policy refused (-ECANCELED) */
+    uint64_t pinned_bytes;      /* bytes of pinned chunks (never evicted) */
     uint64_t checksum_errors;   /* reads whose bytes did not match their checksum (dropped) */
     uint64_t io_errors;         /* reads or writes that failed with an I/O error */
 } store_stats;
@@ -108,6 +109,15 @@ int store_delete(store *s, const uint8_t key[STORE_KEY_LEN]);
 /* Drop every chunk whose key starts with the plen bytes of prefix.
  * Returns the number dropped. */
 long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen);
+
+/*
+ * Pin (pinned != 0) or unpin every chunk whose key starts with the plen
+ * bytes of prefix, now and as they are stored later: pinned chunks are never
+ * evicted (a put that cannot fit around them fails with -E2BIG).  Pins last
+ * until store_close (they are not persisted).  Returns the number of chunks
+ * held now under the prefix, or -EINVAL / -ENOMEM.
+ */
+long store_pin_prefix(store *s, const uint8_t *prefix, size_t plen, int pinned);
 
 /* Snapshot of the counters. */
 void store_get_stats(store *s, store_stats *out);

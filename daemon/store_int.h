@@ -56,7 +56,14 @@ typedef struct st_entry {
     uint8_t dead;                       /* unlinked from table and policy */
     uint8_t touched;                    /* read since open: atime to write back */
     uint8_t has_arec;                   /* an 'A' record exists in RocksDB */
+    uint8_t pinned;                     /* pinned in the policy (a pin prefix matches) */
 } st_entry;
+
+/* A pinned key prefix (store_pin_prefix). */
+typedef struct st_pin {
+    uint8_t prefix[STORE_KEY_LEN];
+    size_t plen;
+} st_pin;
 
 typedef struct st_class {
     uint64_t size;                      /* bytes per slot, multiple of STORE_ALIGN */
@@ -89,6 +96,9 @@ struct store {
     uint64_t count;                     /* entries in the table */
     policy *pol;                        /* every entry in the table, + gpn */
     policy_node gpn;                    /* pinned pseudo-entry of gpn.size garbage bytes */
+    st_pin *pins;                       /* pinned prefixes (not persisted) */
+    size_t npins;
+    uint64_t pinned_bytes;              /* charge of the pinned entries */
     int gpn_in;                         /* gpn is inserted */
     uint64_t slot_bytes, meta_live, garbage, garbage_settled, pending_free;
     uint64_t tick;

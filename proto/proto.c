@@ -24,6 +24,7 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_STATS] = "stats",
     [PROTO_OP_READX] = "readx",
     [PROTO_OP_RELEASE] = "release",
+    [PROTO_OP_ADMIN] = "admin",
 };
 
 const char *proto_op_name(unsigned op)
@@ -145,6 +146,15 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         return n == 0 ? 0 : -EPROTO;
     case PROTO_OP_READX:
         return dec_read(m, b, PROTO_MAX_READX);
+    case PROTO_OP_ADMIN:
+        if (n == 0 || b[0] == 0 || b[0] >= PROTO_ADMIN_MAX_)
+            return -EPROTO;
+        if (n - 1 > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        m->u.admin.cmd = b[0];
+        m->u.admin.arg = (const char *)b + 1;
+        m->u.admin.len = n - 1;
+        return 0;
     case PROTO_OP_RELEASE:
         if (n == 0 || n % 4)
             return -EPROTO;
@@ -212,6 +222,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
             return -EMSGSIZE;
         /* fall through */
     case PROTO_OP_STATS:
+    case PROTO_OP_ADMIN:
         m->u.data.p = b;
         m->u.data.len = n;
         return 0;
@@ -429,6 +440,22 @@ ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const prot
         put32(e + 20, 0);
     }
     return (ssize_t)(PROTO_HDR_LEN + fixed);
+}
+
+ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const char *arg,
+                        size_t len)
+{
+    uint8_t *b;
+
+    if (cmd == 0 || cmd >= PROTO_ADMIN_MAX_ || len > PROTO_MAX_PATH)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_ADMIN, 0, req_id, 0, 1 + len);
+    if (!b)
+        return -EMSGSIZE;
+    b[0] = cmd;
+    if (len)
+        memcpy(b + 1, arg, len);
+    return (ssize_t)(PROTO_HDR_LEN + 1 + len);
 }
 
 ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n)

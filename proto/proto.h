@@ -32,6 +32,17 @@
 /* Decoder results besides 0 and -errno. */
 #define PROTO_NEED_MORE 1               /* the buffer ends inside a message */
 
+/* ADMIN commands (first body byte). */
+typedef enum proto_admin_cmd {
+    PROTO_ADMIN_EVICT = 1,      /* drop a file's cached chunks (admin only) */
+    PROTO_ADMIN_INVALIDATE = 2, /* drop them and forget its attributes (admin only) */
+    PROTO_ADMIN_PIN = 3,        /* never evict the file's chunks (admin only) */
+    PROTO_ADMIN_UNPIN = 4,      /* undo PIN (admin only) */
+    PROTO_ADMIN_HEALTH = 5,     /* "ok ..." or "unhealthy: reasons" */
+    PROTO_ADMIN_CONFIG = 6,     /* the running configuration, as INI */
+    PROTO_ADMIN_MAX_
+} proto_admin_cmd;
+
 /* Header flags. */
 #define PROTO_F_REPLY   0x0001u         /* set on every reply */
 
@@ -43,6 +54,7 @@ typedef enum proto_op {
     PROTO_OP_STATS = 5,   /* the daemon's counters */
     PROTO_OP_READX = 6,   /* bytes of an open handle, as shared-memory extents where possible */
     PROTO_OP_RELEASE = 7, /* give leases back; the one request without a reply */
+    PROTO_OP_ADMIN = 8,   /* operator commands: evict, invalidate, pin, unpin, health, config */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -124,6 +136,11 @@ typedef struct proto_msg {
             const uint8_t *ids;            /* count x u32, see proto_release_at */
         } release;                         /* RELEASE request */
         struct {
+            uint8_t cmd;                   /* proto_admin_cmd */
+            const char *arg;               /* a path, or empty; not NUL-terminated */
+            uint32_t len;
+        } admin;                           /* ADMIN request (the reply is text: data) */
+        struct {
             const uint8_t *p;
             uint32_t len;
         } data;                            /* READ reply, STATS reply (raw) */
@@ -179,6 +196,9 @@ ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read
  */
 ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
                               uint32_t n, uint32_t inline_len);
+/* ADMIN request: cmd and its argument (len 0..PROTO_MAX_PATH). */
+ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const char *arg,
+                        size_t len);
 /* RELEASE request of n lease ids (1..PROTO_MAX_RELEASE). */
 ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n);
 /* A bodiless success reply (CLOSE). */

@@ -266,6 +266,33 @@ START_TEST(test_policy_epoch_vs_lru)
 }
 END_TEST
 
+/* Pinned chunks are never evicted, held now or cached later; unpin lets
+ * them go again. */
+START_TEST(test_pin_prefix)
+{
+    uint8_t id[16];
+    dram_stats st;
+
+    tier = mkdram(40 * 1024, 8192);         /* 4 arena blocks of 8K */
+    put(1, 0, 8192);
+    memset(id, 1, sizeof(id));
+    ck_assert_int_eq(dram_pin_prefix(tier, id, sizeof(id), 1), 1);
+    put(1, 1, 8192);                        /* pinned on arrival */
+    for (uint64_t i = 0; i < 10; i++)
+        put(2, i, 8192);                    /* churn through the other two blocks */
+    ck_assert(has(tier, 1, 0) && has(tier, 1, 1));
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.pinned_bytes, 2 * 8192);
+    ck_assert_int_eq(dram_pin_prefix(tier, id, sizeof(id), 0), 2);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.pinned_bytes, 0);
+    for (uint64_t i = 10; i < 14; i++)
+        put(2, i, 8192);
+    ck_assert(!has(tier, 1, 0) && !has(tier, 1, 1));
+    dram_free(&tier);
+}
+END_TEST
+
 START_TEST(test_too_small)
 {
     char err[256];
@@ -289,6 +316,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_many_chunks_grow);
     tcase_add_test(tc, test_heap_overflow);
     tcase_add_test(tc, test_policy_epoch_vs_lru);
+    tcase_add_test(tc, test_pin_prefix);
     tcase_add_test(tc, test_too_small);
     suite_add_tcase(s, tc);
     return s;

@@ -1301,6 +1301,48 @@ START_TEST(test_readx_release)
 }
 END_TEST
 
+/* ADMIN: round trip, an empty or unknown command, an over-long argument. */
+START_TEST(test_admin)
+{
+    static uint8_t b[PROTO_HDR_LEN + 2 + PROTO_MAX_PATH];
+    static char path[PROTO_MAX_PATH + 1];
+    proto_msg m;
+    size_t used;
+    ssize_t n;
+
+    n = proto_enc_admin(b, sizeof(b), 5, PROTO_ADMIN_PIN, "/data/x", 7);
+    ck_assert_int_eq(n, PROTO_HDR_LEN + 8);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.op, PROTO_OP_ADMIN);
+    ck_assert_uint_eq(m.u.admin.cmd, PROTO_ADMIN_PIN);
+    ck_assert_uint_eq(m.u.admin.len, 7);
+    ck_assert_int_eq(memcmp(m.u.admin.arg, "/data/x", 7), 0);
+    n = proto_enc_admin(b, sizeof(b), 6, PROTO_ADMIN_HEALTH, NULL, 0);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.admin.len, 0);
+    for (size_t k = 0; k < (size_t)n; k++)
+        ck_assert_int_eq(dec(b, k, &m, &used), PROTO_NEED_MORE);
+    ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, 0, NULL, 0), -EMSGSIZE);
+    ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, PROTO_ADMIN_MAX_, NULL, 0), -EMSGSIZE);
+    memset(path, 'p', sizeof(path));
+    ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, PROTO_ADMIN_EVICT, path, PROTO_MAX_PATH + 1),
+                     -EMSGSIZE);
+    proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 0);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN, &m, &used), -EPROTO);          /* no command */
+    proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 1);
+    b[PROTO_HDR_LEN] = PROTO_ADMIN_MAX_;
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 1, &m, &used), -EPROTO);      /* unknown command */
+    proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 2 + PROTO_MAX_PATH);
+    b[PROTO_HDR_LEN] = PROTO_ADMIN_EVICT;
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 2 + PROTO_MAX_PATH, &m, &used), -EMSGSIZE);
+    /* A reply is text. */
+    proto_encode_hdr(b, PROTO_OP_ADMIN, PROTO_F_REPLY, 9, 0, 3);
+    memcpy(b + PROTO_HDR_LEN, "ok\n", 3);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 3, &m, &used), 0);
+    ck_assert_uint_eq(m.u.data.len, 3);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1337,6 +1379,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_encoder_field_limits);
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_readx_release);
+    tcase_add_test(tc, test_admin);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -715,6 +715,33 @@ START_TEST(test_drop_prefix)
 }
 END_TEST
 
+/* Pinned chunks survive eviction (held now and put later); unpinned, they
+ * go like the rest. */
+START_TEST(test_pin_prefix)
+{
+    fixture f;
+    uint8_t k[STORE_KEY_LEN];
+
+    fx_init(&f, 24 * MIB, 16 * KIB, MIB);
+    ck_assert_int_eq(put(&f, 21, 0, MIB), 0);
+    mkkey(k, 21, 0);
+    ck_assert_int_eq(store_pin_prefix(f.s, k, 16, 1), 1);
+    ck_assert_int_eq(put(&f, 21, 1, MIB), 0);         /* pinned on arrival */
+    ck_assert_uint_ge(stats(&f).pinned_bytes, 2 * MIB);
+    for (int i = 0; i < 40; i++)                      /* several times the capacity */
+        ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
+    ck_assert_int_eq(get_check(&f, 21, 0, MIB), 0);
+    ck_assert_int_eq(get_check(&f, 21, 1, MIB), 0);
+    ck_assert_int_eq(store_pin_prefix(f.s, k, 16, 0), 2);
+    ck_assert_uint_eq(stats(&f).pinned_bytes, 0);
+    for (int i = 40; i < 80; i++)
+        ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
+    ck_assert(!has(&f, 21, 0));
+    ck_assert(store_disk_usage(f.path) <= (int64_t)(24 * MIB));
+    fx_done(&f);
+}
+END_TEST
+
 /* ---- eviction policies ---- */
 
 static const char *const policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch" };
@@ -1115,6 +1142,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_corrupt_slot);
     tcase_add_test(tc, test_corrupt_inline);
     tcase_add_test(tc, test_open_repairs);
+    tcase_add_test(tc, test_pin_prefix);
     tcase_add_test(tc, test_drop_prefix);
     tcase_add_loop_test(tc, test_policy_kinds, 0, (int)(sizeof(policies) / sizeof(policies[0])));
     tcase_add_test(tc, test_epoch_cyclic_scan);
