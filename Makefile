@@ -54,7 +54,7 @@ BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all
 
-all: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA) $(TESTS) $(BENCHES)
+all: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA) $(TESTS) $(BENCHES) $(B)/libgranary_preload.so
 
 # Installs whatever Debian packages are missing (apt-get update once first).
 deps:
@@ -75,6 +75,11 @@ $(LIBA): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 $(LIBSO): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	$(CC) -shared -Wl,-soname,libgranary.so.0 -Wl,--version-script=client/libgranary.map \
 	    -pthread $(LDSAN) -o $@ $^
+
+# The LD_PRELOAD shim (client/preload.c) with libgranary linked in; the
+# archive's symbols are hidden so that only the wrapped libc calls are exported.
+$(B)/libgranary_preload.so: $(call obj,client/preload.c) $(LIBA)
+	$(CC) -shared -pthread $(LDSAN) -Wl,--exclude-libs,ALL -o $@ $^ -ldl
 
 $(GRANARYD): $(call obj,daemon/main.c) $(LIBD)
 	$(CC) -pthread $(LDSAN) -o $@ $^ $(PKGLIBS) -lm

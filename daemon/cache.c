@@ -27,11 +27,7 @@ struct dram {
     chunk **buckets;
     size_t nbuckets;            /* power of two */
     chunk *ohead, *otail;       /* overflow LRU: head most recent */
-    struct {
-        uint8_t prefix[CHUNK_KEY_LEN];
-        size_t plen;
-    } *pins;                    /* pinned key prefixes */
-    size_t npins;
+    idset pins;                 /* ids of pinned files */
     uint64_t pinned_bytes;
 };
 
@@ -214,7 +210,7 @@ void dram_free(dram **dp)
                 dram_remove(d, d->buckets[i]);
     policy_free(&d->pol);
     arena_free(&d->ar);
-    free(d->pins);
+    idset_clear(&d->pins);
     free(d->buckets);
     free(d);
     *dp = NULL;
@@ -273,14 +269,6 @@ static uint64_t block_size(uint64_t len)
     while (b < len)
         b *= 2;
     return b;
-}
-
-static int pinned_key(const dram *d, const uint8_t *key)
-{
-    for (size_t i = 0; i < d->npins; i++)
-        if (memcmp(d->pins[i].prefix, key, d->pins[i].plen) == 0)
-            return 1;
-    return 0;
 }
 
 static void set_pinned(dram *d, chunk *c, int pinned)
@@ -353,7 +341,7 @@ void dram_put(dram *d, chunk *c)
         policy_node_init(&c->pn, key_hash(c->key), c->cap);
         policy_insert(d->pol, &c->pn);
         c->pinned = 0;
-        if (d->npins && pinned_key(d, c->key))
+        if (idset_has(&d->pins, c->key))
             set_pinned(d, c, 1);
     } else {
         /* The overflow keeps a heap chunk just long enough for the client
@@ -394,33 +382,53 @@ long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
     return n;
 }
 
-long dram_pin_prefix(dram *d, const uint8_t *prefix, size_t plen, int pinned)
+long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n)
 {
-    size_t i;
-    long n = 0;
+    idset batch = { NULL, 0, 0 };
+    long dropped = 0;
 
-    for (i = 0; i < d->npins; i++)
-        if (d->pins[i].plen == plen && memcmp(d->pins[i].prefix, prefix, plen) == 0)
-            break;
-    if (pinned && i == d->npins) {
-        void *np = realloc(d->pins, (d->npins + 1) * sizeof(*d->pins));
-        if (!np)
+    for (size_t i = 0; i < n; i++)
+        if (idset_add(&batch, ids[i]) < 0) {
+            idset_clear(&batch);
             return -ENOMEM;
-        d->pins = np;
-        memcpy(d->pins[d->npins].prefix, prefix, plen);
-        d->pins[d->npins].plen = plen;
-        d->npins++;
-    } else if (!pinned && i < d->npins) {
-        d->pins[i] = d->pins[--d->npins];
+        }
+    for (size_t b = 0; b < d->nbuckets; b++) {
+        chunk *c = d->buckets[b];
+        while (c) {
+            chunk *next = c->hnext;
+            if (idset_has(&batch, c->key)) {
+                dram_remove(d, c);
+                dropped++;
+            }
+            c = next;
+        }
+    }
+    idset_clear(&batch);
+    return dropped;
+}
+
+long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
+{
+    idset batch = { NULL, 0, 0 };
+    long held = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (idset_add(&batch, ids[i]) < 0 || (pinned && idset_add(&d->pins, ids[i]) < 0)) {
+            idset_clear(&batch);
+            return -ENOMEM;
+        }
+        if (!pinned)
+            idset_del(&d->pins, ids[i]);
     }
     for (size_t b = 0; b < d->nbuckets; b++)
         for (chunk *c = d->buckets[b]; c; c = c->hnext)
-            if (memcmp(c->key, prefix, plen) == 0) {
-                if (c->ar)      /* unpinning keeps what another pin covers */
-                    set_pinned(d, c, pinned || pinned_key(d, c->key));
-                n++;
+            if (idset_has(&batch, c->key)) {
+                if (c->ar)
+                    set_pinned(d, c, pinned);
+                held++;
             }
-    return n;
+    idset_clear(&batch);
+    return held;
 }
 
 void dram_get_stats(const dram *d, dram_stats *out)

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "idset.h"
 #include "policy.h"
 
 #define CHUNK_KEY_LEN 24    /* file id (16) + big-endian chunk index (8) */
@@ -109,11 +110,15 @@ void dram_put(dram *d, chunk *c);
  * Returns how many. */
 long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen);
 
-/* Pin (pinned != 0) or unpin the chunks whose key starts with prefix, now
- * and as they arrive: pinned chunks are never evicted.  Pins last until
- * dram_free.  Returns the number of chunks held now under the prefix, or
- * -ENOMEM. */
-long dram_pin_prefix(dram *d, const uint8_t *prefix, size_t plen, int pinned);
+/* Drop every chunk of the n files ids (16-byte file ids, the keys'
+ * prefix).  One pass over the tier.  Returns how many chunks. */
+long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n);
+
+/* Pin (pinned != 0) or unpin the chunks of the n files ids, those held now
+ * and those cached later: pinned chunks are never evicted.  Pins last until
+ * dram_free.  One pass over the tier.  Returns the number of chunks held
+ * now of those files, or -ENOMEM. */
+long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned);
 
 void dram_get_stats(const dram *d, dram_stats *out);
 

@@ -747,22 +747,46 @@ static void handle_read(conn *c, const proto_msg *m)
 
 /* ---- ADMIN ---- */
 
-/* An ADMIN command in flight: a stat (and for some commands an NVMe-tier
- * call) on an I/O thread, between steps on the loop. */
+/* An ADMIN command in flight: phase 0 on an I/O thread finds the files
+ * (one, or every file below a directory) and their identities; the loop
+ * acts on DRAM; phase 1 on an I/O thread acts on the NVMe tier; the loop
+ * answers. */
+#define ADMIN_MAX_FILES (1u << 22)      /* files one command may cover */
+
 typedef struct adminreq {
     wq_job job;
     conn *c;
     uint32_t req_id;
     uint8_t cmd;
-    int phase;                  /* 0: stat the file / check roots; 1: NVMe tier */
+    int phase;
     char *norm;
     int root;
-    struct stat st;
-    uint8_t id[SOURCE_ID_LEN];
+    uint8_t (*ids)[SOURCE_ID_LEN];      /* identities of the files covered */
+    size_t nids, cap;
     long dram_n, nvme_n;
     int rc;
     char text[1024];
 } adminreq;
+
+/* source_walk_cb: collect one file's identity. */
+static int admin_collect(void *arg, const uint8_t id[SOURCE_ID_LEN])
+{
+    adminreq *a = arg;
+
+    if (a->nids == a->cap) {
+        size_t n = a->cap ? a->cap * 2 : 64;
+        void *p;
+        if (n > ADMIN_MAX_FILES)
+            return -E2BIG;
+        p = realloc(a->ids, n * SOURCE_ID_LEN);
+        if (!p)
+            return -ENOMEM;
+        a->ids = p;
+        a->cap = n;
+    }
+    memcpy(a->ids[a->nids++], id, SOURCE_ID_LEN);
+    return 0;
+}
 
 /* Reply with status 0 and text as the body. */
 static void reply_text(conn *c, uint8_t op, uint32_t req_id, const char *text, size_t len)
@@ -817,21 +841,25 @@ static void admin_run(wq_job *j)
 {
     adminreq *a = (adminreq *)j;
     server *s = a->c->srv;
+    int pin = a->cmd == PROTO_ADMIN_PIN;
 
     if (a->cmd == PROTO_ADMIN_HEALTH) {
         a->rc = source_check_roots(s->d.src, a->text, sizeof(a->text));
         return;
     }
     if (a->phase == 0) {
-        a->rc = source_stat(s->d.src, a->norm, a->root, &a->st, a->text, sizeof(a->text));
+        a->rc = source_walk(s->d.src, a->norm, a->root, admin_collect, a, a->text,
+                            sizeof(a->text));
+        if (a->rc == -E2BIG)
+            snprintf(a->text, sizeof(a->text), "more than %u files under %.200s", ADMIN_MAX_FILES,
+                     a->norm);
         return;
     }
     if (!s->d.nvme)
         return;
-    if (a->cmd == PROTO_ADMIN_PIN || a->cmd == PROTO_ADMIN_UNPIN)
-        a->nvme_n = store_pin_prefix(s->d.nvme, a->id, SOURCE_ID_LEN, a->cmd == PROTO_ADMIN_PIN);
-    else
-        a->nvme_n = store_drop_prefix(s->d.nvme, a->id, SOURCE_ID_LEN);
+    a->nvme_n = (pin || a->cmd == PROTO_ADMIN_UNPIN)
+                    ? store_pin_files(s->d.nvme, (const uint8_t (*)[16])a->ids, a->nids, pin)
+                    : store_drop_files(s->d.nvme, (const uint8_t (*)[16])a->ids, a->nids);
 }
 
 static void admin_health_reply(adminreq *a)
@@ -870,6 +898,7 @@ static void admin_done(wq_job *j)
     adminreq *a = (adminreq *)j;
     conn *c = a->c;
     server *s = c->srv;
+    const char *verb;
     char out[512];
     int n;
 
@@ -880,51 +909,32 @@ static void admin_done(wq_job *j)
         goto out;
     }
     if (a->phase == 0) {
-        srcfile *f;
+        int pin = a->cmd == PROTO_ADMIN_PIN;
         if (a->rc < 0) {
             reply_error(c, PROTO_OP_ADMIN, a->req_id, a->rc, a->text);
             goto out;
         }
-        /* Refresh the attribute cache with what was just seen, and act on
-         * the file's current identity. */
-        f = source_install(s->d.src, a->norm, a->root, &a->st, source_now());
-        a->norm = NULL;
-        if (!f) {
-            reply_error(c, PROTO_OP_ADMIN, a->req_id, -ENOMEM, NULL);
-            goto out;
-        }
-        memcpy(a->id, f->id, SOURCE_ID_LEN);
         if (a->cmd == PROTO_ADMIN_INVALIDATE)
-            source_forget(s->d.src, f->path);
-        srcfile_unref(&f);
-        if (a->cmd == PROTO_ADMIN_PIN || a->cmd == PROTO_ADMIN_UNPIN)
-            a->dram_n = dram_pin_prefix(s->d.dram, a->id, SOURCE_ID_LEN, a->cmd == PROTO_ADMIN_PIN);
-        else
-            a->dram_n = dram_drop_prefix(s->d.dram, a->id, SOURCE_ID_LEN);
+            source_forget(s->d.src, a->norm);   /* a file's; a directory's files age out */
+        a->dram_n = (pin || a->cmd == PROTO_ADMIN_UNPIN)
+                        ? dram_pin_files(s->d.dram, (const uint8_t (*)[16])a->ids, a->nids, pin)
+                        : dram_drop_files(s->d.dram, (const uint8_t (*)[16])a->ids, a->nids);
         a->phase = 1;
         workers_submit(s->d.w, &a->job, WQ_DEMAND);
         return;
     }
-    switch (a->cmd) {
-    case PROTO_ADMIN_PIN:
-        n = snprintf(out, sizeof(out), "pinned: %ld chunks in dram, %ld on nvme now; more as they "
-                     "are read\n", a->dram_n, a->nvme_n);
-        break;
-    case PROTO_ADMIN_UNPIN:
-        n = snprintf(out, sizeof(out), "unpinned: %ld chunks in dram, %ld on nvme\n",
-                     a->dram_n, a->nvme_n);
-        break;
-    default:
-        n = snprintf(out, sizeof(out), "%s: %ld chunks from dram, %ld from nvme\n",
-                     a->cmd == PROTO_ADMIN_EVICT ? "evicted" : "invalidated", a->dram_n, a->nvme_n);
-        break;
-    }
+    verb = a->cmd == PROTO_ADMIN_PIN ? "pinned" : a->cmd == PROTO_ADMIN_UNPIN ? "unpinned"
+         : a->cmd == PROTO_ADMIN_EVICT ? "evicted" : "invalidated";
+    n = snprintf(out, sizeof(out), "%s: %zu files, %ld chunks in dram, %ld on nvme%s\n", verb,
+                 a->nids, a->dram_n, a->nvme_n,
+                 a->cmd == PROTO_ADMIN_PIN ? " (and their chunks cached from now on)" : "");
     reply_text(c, PROTO_OP_ADMIN, a->req_id, out, (size_t)n);
 out:
     c->inflight--;
     if (!c->dead)
         conn_update_events(c);
     free(a->norm);
+    free(a->ids);
     conn_unref(&a->c);
     free(a);
 }

@@ -2,6 +2,7 @@
  * source.c - path checks, file identity, the attribute cache and chunk
  * reads from the distributed filesystem (see source.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -434,7 +435,7 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
     f->root = root;
     f->st = *st;
     f->checked_at = now;
-    cs = source_chunk_size(cs, (uint64_t)st->st_blksize);
+    cs = source_chunk_size(cs, (uint64_t)st->st_blksize);   /* as identify() does */
     if (st->st_blksize > 0 && (uint64_t)st->st_blksize > cs)
         log_debug("%s: stripe %ld exceeds chunk_size %llu", norm, (long)st->st_blksize,
                   (unsigned long long)cs);
@@ -467,6 +468,94 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
     f->cached = 1;
     s->count++;
     return srcfile_ref(f);
+}
+
+/* The identity of an open regular file fd (st filled), as source_install
+ * would compute it. */
+static void identify(const source *s, int fd, struct stat *st, uint8_t id[SOURCE_ID_LEN])
+{
+    uint32_t stripe = lustre_stripe(fd);
+
+    if (stripe)
+        st->st_blksize = (blksize_t)stripe;
+    file_id(st, source_chunk_size(s->chunk_size, (uint64_t)st->st_blksize), id);
+}
+
+/* Walk the directory dfd (consumed), calling cb on each regular file below
+ * it; symlinks are not followed.  Returns 0, the first non-zero cb result,
+ * or -ELOOP past WALK_MAX_DEPTH. */
+#define WALK_MAX_DEPTH 64
+static int walk_dir(const source *s, int dfd, int depth, source_walk_cb cb, void *arg)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *de;
+    int rc = 0;
+
+    if (!d) {
+        rc = -errno;
+        close(dfd);
+        return rc;
+    }
+    if (depth > WALK_MAX_DEPTH) {
+        closedir(d);
+        return -ELOOP;
+    }
+    while (rc == 0 && (de = readdir(d))) {
+        struct stat st;
+        uint8_t id[SOURCE_ID_LEN];
+        int fd;
+
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue;                   /* symlinks, vanished and unreadable entries */
+        if (fstat(fd, &st) < 0) {
+            close(fd);
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = walk_dir(s, fd, depth + 1, cb, arg);
+        } else {
+            if (S_ISREG(st.st_mode)) {
+                identify(s, fd, &st, id);
+                rc = cb(arg, id);
+            }
+            close(fd);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *arg,
+                char *err, size_t errlen)
+{
+    int fd = open_beneath(s, norm, root, err, errlen);
+    struct stat st;
+    uint8_t id[SOURCE_ID_LEN];
+    int rc;
+
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = walk_dir(s, fd, 0, cb, arg);
+        if (rc < 0)
+            snprintf(err, errlen, "walk %.200s: %s", norm, strerror(-rc));
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "not a regular file or directory: %.200s", norm);
+        return -EINVAL;
+    }
+    identify(s, fd, &st, id);
+    close(fd);
+    return cb(arg, id);
 }
 
 int source_forget(source *s, const char *norm)

@@ -82,6 +82,17 @@ srcfile *source_lookup(source *s, const char *norm, double now);
  * ownership of norm.  NULL only on out-of-memory (norm freed). */
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now);
 
+/*
+ * I/O thread: call cb(arg, id) with the identity of norm if it is a regular
+ * file, or of every regular file below it if it is a directory (symlinks
+ * inside are not followed; unreadable entries are skipped).  Opened beneath
+ * its root like every source access.  Returns 0, the first non-zero value
+ * cb returned, or -errno with a reason in err.
+ */
+typedef int (*source_walk_cb)(void *arg, const uint8_t id[SOURCE_ID_LEN]);
+int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *arg,
+                char *err, size_t errlen);
+
 /* Loop thread: forget the cached attributes of norm, so that the next open
  * looks at the file again.  1 if there were any, else 0. */
 int source_forget(source *s, const char *norm);

@@ -231,15 +231,6 @@ static uint64_t st_charge(const st_entry *e)
     return (st_is_inline(e) ? 0 : st_round(e->len)) + st_meta_charge(e);
 }
 
-/* Whether a pinned prefix covers key. */
-static int st_pinned_key_locked(const store *s, const uint8_t *key)
-{
-    for (size_t i = 0; i < s->npins; i++)
-        if (memcmp(s->pins[i].prefix, key, s->pins[i].plen) == 0)
-            return 1;
-    return 0;
-}
-
 /* Pin or unpin e in the policy, keeping pinned_bytes. */
 static void st_set_pinned_locked(store *s, st_entry *e, int pinned)
 {
@@ -260,7 +251,7 @@ void store__policy_insert_locked(store *s, st_entry *e)
     policy_node_init(&e->pn, st_hash(e->key), st_charge(e));
     policy_insert(s->pol, &e->pn);
     e->pinned = 0;
-    if (s->npins && st_pinned_key_locked(s, e->key))
+    if (idset_has(&s->pins, e->key))
         st_set_pinned_locked(s, e, 1);
 }
 
@@ -930,19 +921,21 @@ int store_delete(store *s, const uint8_t key[STORE_KEY_LEN])
 
 /* Scans the in-memory table, not RocksDB: an open iterator would pin SST
  * files that compaction must be free to delete. */
-long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen)
+/* What a drop keeps: entries for which match(e, arg) is 0. */
+typedef int (*st_match_fn)(const st_entry *e, const void *arg);
+
+/* Drop every entry that matches.  Returns how many. */
+static long st_drop_matching(store *s, st_match_fn match, const void *arg)
 {
     st_entry **v = NULL;
     size_t n = 0, cap = 0;
     long dropped = 0;
 
-    if (plen > STORE_KEY_LEN)
-        return 0;
     pthread_mutex_lock(&s->lock);
     for (size_t b = 0; b <= s->tabmask; b++) {
         for (st_entry *e = s->tab[b], *next; e; e = next) {
             next = e->hnext;
-            if (plen && memcmp(e->key, prefix, plen) != 0)
+            if (!match(e, arg))
                 continue;
             if (n == cap) {
                 size_t nc = cap ? cap * 2 : 256;
@@ -968,39 +961,71 @@ unlock:
     return dropped;
 }
 
-long store_pin_prefix(store *s, const uint8_t *prefix, size_t plen, int pinned)
+typedef struct st_prefix {
+    const uint8_t *p;
+    size_t len;
+} st_prefix;
+
+static int st_match_prefix(const st_entry *e, const void *arg)
 {
-    long n = 0;
-    size_t i;
+    const st_prefix *pf = arg;
+
+    return memcmp(e->key, pf->p, pf->len) == 0;
+}
+
+static int st_match_ids(const st_entry *e, const void *arg)
+{
+    return idset_has(arg, e->key);
+}
+
+long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen)
+{
+    st_prefix pf = { prefix, plen };
 
     if (plen > STORE_KEY_LEN)
-        return -EINVAL;
-    pthread_mutex_lock(&s->lock);
-    for (i = 0; i < s->npins; i++)
-        if (s->pins[i].plen == plen && memcmp(s->pins[i].prefix, prefix, plen) == 0)
-            break;
-    if (pinned && i == s->npins) {
-        st_pin *np = realloc(s->pins, (s->npins + 1) * sizeof(*np));
-        if (!np) {
-            pthread_mutex_unlock(&s->lock);
+        return 0;
+    return st_drop_matching(s, st_match_prefix, &pf);
+}
+
+long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n)
+{
+    idset batch = { NULL, 0, 0 };
+    long dropped;
+
+    for (size_t i = 0; i < n; i++)
+        if (idset_add(&batch, ids[i]) < 0) {
+            idset_clear(&batch);
             return -ENOMEM;
         }
-        s->pins = np;
-        memcpy(s->pins[s->npins].prefix, prefix, plen);
-        s->pins[s->npins].plen = plen;
-        s->npins++;
-    } else if (!pinned && i < s->npins) {
-        s->pins[i] = s->pins[--s->npins];
+    dropped = st_drop_matching(s, st_match_ids, &batch);
+    idset_clear(&batch);
+    return dropped;
+}
+
+long store_pin_files(store *s, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
+{
+    idset batch = { NULL, 0, 0 };
+    long held = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (idset_add(&batch, ids[i]) < 0 || (pinned && idset_add(&s->pins, ids[i]) < 0)) {
+            held = -ENOMEM;
+            goto out;
+        }
+        if (!pinned)
+            idset_del(&s->pins, ids[i]);
     }
     for (size_t b = 0; b <= s->tabmask; b++)
         for (st_entry *e = s->tab[b]; e; e = e->hnext)
-            if (memcmp(e->key, prefix, plen) == 0) {
-                /* Unpinning keeps what another pin still covers. */
-                st_set_pinned_locked(s, e, pinned || st_pinned_key_locked(s, e->key));
-                n++;
+            if (idset_has(&batch, e->key)) {
+                st_set_pinned_locked(s, e, pinned);
+                held++;
             }
+out:
     pthread_mutex_unlock(&s->lock);
-    return n;
+    idset_clear(&batch);
+    return held;
 }
 
 void store_get_stats(store *s, store_stats *out)
@@ -1170,7 +1195,7 @@ void store_close(store **sp)
     }
     free(s->cls);
     policy_free(&s->pol);
-    free(s->pins);
+    idset_clear(&s->pins);
     if (s->tab) {
         for (size_t i = 0; i <= s->tabmask; i++) {
             for (st_entry *e = s->tab[i], *next; e; e = next) {

@@ -110,14 +110,18 @@ int store_delete(store *s, const uint8_t key[STORE_KEY_LEN]);
  * Returns the number dropped. */
 long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen);
 
+/* Drop every chunk of the n files ids (16-byte key prefixes), in one pass
+ * over the index.  Returns how many, or -ENOMEM. */
+long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n);
+
 /*
- * Pin (pinned != 0) or unpin every chunk whose key starts with the plen
- * bytes of prefix, now and as they are stored later: pinned chunks are never
- * evicted (a put that cannot fit around them fails with -E2BIG).  Pins last
- * until store_close (they are not persisted).  Returns the number of chunks
- * held now under the prefix, or -EINVAL / -ENOMEM.
+ * Pin (pinned != 0) or unpin the chunks of the n files ids (16-byte key
+ * prefixes), held now and stored later: pinned chunks are never evicted (a
+ * put that cannot fit around them fails with -E2BIG).  Pins last until
+ * store_close (they are not persisted).  One pass over the index.  Returns
+ * the number of chunks of those files held now, or -ENOMEM.
  */
-long store_pin_prefix(store *s, const uint8_t *prefix, size_t plen, int pinned);
+long store_pin_files(store *s, const uint8_t (*ids)[16], size_t n, int pinned);
 
 /* Snapshot of the counters. */
 void store_get_stats(store *s, store_stats *out);

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "policy.h"
+#include "idset.h"
 #include "store.h"
 
 #define ST_REC_VERSION   1
@@ -59,11 +60,7 @@ typedef struct st_entry {
     uint8_t pinned;                     /* pinned in the policy (a pin prefix matches) */
 } st_entry;
 
-/* A pinned key prefix (store_pin_prefix). */
-typedef struct st_pin {
-    uint8_t prefix[STORE_KEY_LEN];
-    size_t plen;
-} st_pin;
+
 
 typedef struct st_class {
     uint64_t size;                      /* bytes per slot, multiple of STORE_ALIGN */
@@ -96,8 +93,7 @@ struct store {
     uint64_t count;                     /* entries in the table */
     policy *pol;                        /* every entry in the table, + gpn */
     policy_node gpn;                    /* pinned pseudo-entry of gpn.size garbage bytes */
-    st_pin *pins;                       /* pinned prefixes (not persisted) */
-    size_t npins;
+    idset pins;                         /* ids (key prefixes) of pinned files, not persisted */
     uint64_t pinned_bytes;              /* charge of the pinned entries */
     int gpn_in;                         /* gpn is inserted */
     uint64_t slot_bytes, meta_live, garbage, garbage_settled, pending_free;

@@ -276,14 +276,14 @@ START_TEST(test_pin_prefix)
     tier = mkdram(40 * 1024, 8192);         /* 4 arena blocks of 8K */
     put(1, 0, 8192);
     memset(id, 1, sizeof(id));
-    ck_assert_int_eq(dram_pin_prefix(tier, id, sizeof(id), 1), 1);
+    ck_assert_int_eq(dram_pin_files(tier, (const uint8_t (*)[16])id, 1, 1), 1);
     put(1, 1, 8192);                        /* pinned on arrival */
     for (uint64_t i = 0; i < 10; i++)
         put(2, i, 8192);                    /* churn through the other two blocks */
     ck_assert(has(tier, 1, 0) && has(tier, 1, 1));
     dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.pinned_bytes, 2 * 8192);
-    ck_assert_int_eq(dram_pin_prefix(tier, id, sizeof(id), 0), 2);
+    ck_assert_int_eq(dram_pin_files(tier, (const uint8_t (*)[16])id, 1, 0), 2);
     dram_get_stats(tier, &st);
     ck_assert_uint_eq(st.pinned_bytes, 0);
     for (uint64_t i = 10; i < 14; i++)

@@ -698,7 +698,7 @@ START_TEST(test_drop_prefix)
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(put(&f, 12, (uint64_t)i, 5000), 0);
     mkkey(k, 11, 0);
-    ck_assert_int_eq(store_drop_prefix(f.s, k, 16), 10);
+    ck_assert_int_eq(store_drop_files(f.s, (const uint8_t (*)[16])k, 1), 10);
     ck_assert_int_eq(store_drop_prefix(f.s, k, 16), 0);
     for (int i = 0; i < 10; i++)
         ck_assert(!has(&f, 11, (uint64_t)i));
@@ -725,14 +725,14 @@ START_TEST(test_pin_prefix)
     fx_init(&f, 24 * MIB, 16 * KIB, MIB);
     ck_assert_int_eq(put(&f, 21, 0, MIB), 0);
     mkkey(k, 21, 0);
-    ck_assert_int_eq(store_pin_prefix(f.s, k, 16, 1), 1);
+    ck_assert_int_eq(store_pin_files(f.s, (const uint8_t (*)[16])k, 1, 1), 1);
     ck_assert_int_eq(put(&f, 21, 1, MIB), 0);         /* pinned on arrival */
     ck_assert_uint_ge(stats(&f).pinned_bytes, 2 * MIB);
     for (int i = 0; i < 40; i++)                      /* several times the capacity */
         ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
     ck_assert_int_eq(get_check(&f, 21, 0, MIB), 0);
     ck_assert_int_eq(get_check(&f, 21, 1, MIB), 0);
-    ck_assert_int_eq(store_pin_prefix(f.s, k, 16, 0), 2);
+    ck_assert_int_eq(store_pin_files(f.s, (const uint8_t (*)[16])k, 1, 0), 2);
     ck_assert_uint_eq(stats(&f).pinned_bytes, 0);
     for (int i = 40; i < 80; i++)
         ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);

@@ -67,7 +67,7 @@ $CTL -s "$dir/sock" cat "$dir/src/data.bin" > /dev/null
 src1=$(stat_of source_bytes_read)
 $CTL -s "$dir/sock" evict "$dir/src/data.bin" > "$dir/out"
 check "evict: exit 0" test $? -eq 0
-grep -q "evicted: 3 chunks from dram" "$dir/out"
+grep -q "evicted: 1 files, 3 chunks in dram" "$dir/out"
 check "evict: says what it dropped" test $? -eq 0
 check "evict: dram empty" test "$(stat_of dram_chunks)" -eq 0
 $CTL -s "$dir/sock" cat "$dir/src/data.bin" | cmp -s - "$dir/src/data.bin"
@@ -92,8 +92,22 @@ $CTL -s "$dir/sock" unpin "$dir/src/data.bin" > /dev/null
 check "unpin: pinned bytes back to 0" test "$(stat_of dram_pinned_bytes)" -eq 0
 $CTL -s "$dir/sock" invalidate "$dir/src/data.bin" > "$dir/out"
 check "invalidate: exit 0" test $? -eq 0
-grep -q "invalidated: 3 chunks from dram" "$dir/out"
+grep -q "invalidated: 1 files, 3 chunks in dram" "$dir/out"
 check "invalidate: dropped the file's 3 chunks" test $? -eq 0
+
+# A directory: every file below it (a dataset).
+mkdir -p "$dir/src/ds/sub"
+for f in a b c; do head -c 100000 /dev/urandom > "$dir/src/ds/$f"; done
+head -c 100000 /dev/urandom > "$dir/src/ds/sub/d"
+ln -s /etc/passwd "$dir/src/ds/escape"
+for f in a b c sub/d; do $CTL -s "$dir/sock" cat "$dir/src/ds/$f" > /dev/null; done
+$CTL -s "$dir/sock" pin "$dir/src/ds" > "$dir/out"
+grep -q "pinned: 4 files, 4 chunks in dram" "$dir/out"
+check "pin of a directory: its 4 files, symlink not followed" test $? -eq 0
+$CTL -s "$dir/sock" unpin "$dir/src/ds" > /dev/null
+$CTL -s "$dir/sock" evict "$dir/src/ds" > "$dir/out"
+grep -q "evicted: 4 files, 4 chunks in dram" "$dir/out"
+check "evict of a directory: its 4 files" test $? -eq 0
 
 $CTL -s "$dir/sock" evict "$dir/src/none" > /dev/null 2> "$dir/err"
 check "evict of a missing file: exit 1" test $? -eq 1

@@ -1,0 +1,70 @@
+"""Loading libgranary (the C client library) with ctypes.
+
+The library is looked for, in order:
+
+1. ``$GRANARY_LIB`` (a path to the shared object);
+2. ``build/libgranary.so`` of the source tree this package sits in
+   (``python/granary`` -> ``build/``), for use straight from a checkout;
+3. an installed ``libgranary.so.0`` (``make install``), by the dynamic
+   loader's search and then by :func:`ctypes.util.find_library`.
+
+Only the ``gr_`` functions of ``client/granary.h`` are bound here; the
+Python objects built on them are in ``granary/__init__.py``.
+"""
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["lib", "path", "STATS_CB"]
+
+# int (*cb)(void *arg, const char *name, uint64_t value)
+STATS_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
+
+
+def _candidates():
+    env = os.environ.get("GRANARY_LIB")
+    if env:
+        # An explicit choice is not second-guessed: if it fails, say so.
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo_build = os.path.join(os.path.dirname(os.path.dirname(here)), "build", "libgranary.so")
+    if os.path.exists(repo_build):
+        yield repo_build
+    yield "libgranary.so.0"
+    found = ctypes.util.find_library("granary")
+    if found:
+        yield found
+
+
+def _load():
+    errors = []
+    for cand in _candidates():
+        try:
+            return ctypes.CDLL(cand, use_errno=True), cand
+        except OSError as e:
+            errors.append("%s: %s" % (cand, e))
+    raise ImportError("granary: cannot load libgranary (set GRANARY_LIB, build it with `make`, "
+                      "or `make install`): " + "; ".join(errors))
+
+
+def _bind(lib):
+    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    sig = {
+        "gr_connect": (vp, [cp]),
+        "gr_disconnect": (None, [vp]),
+        "gr_open": (vp, [vp, cp]),
+        "gr_pread": (ctypes.c_ssize_t, [vp, vp, sz, ctypes.c_int64]),
+        "gr_fstat": (ctypes.c_int, [vp, vp]),
+        "gr_close": (ctypes.c_int, [vp]),
+        "gr_stats": (ctypes.c_int, [vp, STATS_CB, vp]),
+        "gr_strerror_last": (cp, [vp]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+lib, path = _load()
+_bind(lib)
