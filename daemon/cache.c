@@ -140,6 +140,34 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dra
     return 0;
 }
 
+int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen)
+{
+    policy_kind kind;
+    policy_node **pinned;
+    size_t n = 0;
+    int rc;
+
+    if (policy_kind_parse(policy_name, &kind) < 0) {
+        snprintf(err, errlen, "[dram] policy \"%s\" is not one of lru, lfu, sieve, s3fifo, epoch",
+                 policy_name);
+        return -EINVAL;
+    }
+    if (kind == policy_get_kind(d->pol))
+        return 0;
+    pinned = malloc((d->count + 1) * sizeof(*pinned));
+    if (!pinned)
+        return -ENOMEM;
+    for (size_t b = 0; b < d->nbuckets; b++)
+        for (chunk *c = d->buckets[b]; c; c = c->hnext)
+            if (c->ar && c->pinned)
+                pinned[n++] = &c->pn;
+    rc = policy_switch(&d->pol, kind, pinned, n);
+    free(pinned);
+    if (rc < 0)
+        snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
+    return rc;
+}
+
 arena *dram_arena(dram *d)
 {
     return d->ar;

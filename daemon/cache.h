@@ -93,6 +93,10 @@ void dram_free(dram **d);
  * on out-of-memory. */
 chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len);
 
+/* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
+ * 0 or -errno with a reason in err. */
+int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen);
+
 /* The arena, for handing segments to clients. */
 arena *dram_arena(dram *d);
 

@@ -46,8 +46,9 @@ static void usage(FILE *out)
             "      --print-config    print the effective configuration and exit\n"
             "  -h, --help            this text\n"
             "Runs in the foreground; logs to stderr.  SIGTERM or SIGINT stop it cleanly;\n"
-            "SIGHUP re-reads the configuration (log_level and max_leased_per_client apply\n"
-            "live, other changes are logged as needing a restart).\n");
+            "SIGHUP re-reads the configuration: log_level, max_clients, attr_ttl, the\n"
+            "policies and max_leased_per_client apply live, other changes are logged as\n"
+            "needing a restart.\n");
 }
 
 /* metrics_snapshot_fn: a scrape reads what `granaryctl stats` reads.  arg
@@ -66,6 +67,9 @@ static void metrics_snapshot(void *arg, gr_stats *out)
 typedef struct reload_ctx {
     const char *path;
     gr_config *cfg;
+    source *src;
+    dram *dram;
+    store *nvme;                /* NULL without an NVMe tier */
 } reload_ctx;
 
 /* Log every line of the dump of b that differs from a's: keys whose new
@@ -98,13 +102,19 @@ static void log_unapplied(const gr_config *a, const gr_config *b)
     free(db);
 }
 
-/* SIGHUP: re-read the configuration; apply what can change live (log_level,
- * [dram] max_leased_per_client), log each other change as needing a
- * restart.  A file that does not parse changes nothing. */
+/*
+ * SIGHUP: re-read the configuration; apply what can change live, log each
+ * other change as needing a restart.  A file that does not parse changes
+ * nothing.  Live: log_level, max_clients, attr_ttl, both tiers' policies
+ * (every chunk and pin kept), max_leased_per_client.  Not live: the
+ * capacities (the DRAM arena is sealed memfds sized at start; a lowered NVMe
+ * capacity is applied when the tier opens, by evicting down to it), paths,
+ * the socket, chunk_size, io_threads.
+ */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
     reload_ctx *r = arg;
-    gr_config next;
+    gr_config next, *cur = r->cfg;
     char err[512];
 
     (void)sig;
@@ -115,17 +125,43 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
         log_error("reload: %s; keeping the running configuration", err);
         return;
     }
-    if (next.log_level != r->cfg->log_level) {
-        r->cfg->log_level = next.log_level;
+    if (next.log_level != cur->log_level) {
+        cur->log_level = next.log_level;
         log_set_level(next.log_level);
         log_info("reload: log_level = %s", config_log_level_name(next.log_level));
     }
-    if (next.dram_max_leased != r->cfg->dram_max_leased) {
-        r->cfg->dram_max_leased = next.dram_max_leased;
+    if (next.max_clients != cur->max_clients) {
+        cur->max_clients = next.max_clients;
+        log_info("reload: max_clients = %d", next.max_clients);
+    }
+    if (next.attr_ttl != cur->attr_ttl) {
+        cur->attr_ttl = next.attr_ttl;
+        source_set_attr_ttl(r->src, next.attr_ttl);
+        log_info("reload: attr_ttl = %g", next.attr_ttl);
+    }
+    if (next.dram_max_leased != cur->dram_max_leased) {
+        cur->dram_max_leased = next.dram_max_leased;
         log_info("reload: [dram] max_leased_per_client = %llu",
                  (unsigned long long)next.dram_max_leased);
     }
-    log_unapplied(r->cfg, &next);
+    if (strcmp(next.dram_policy, cur->dram_policy)) {
+        if (dram_set_policy(r->dram, next.dram_policy, err, sizeof(err)) < 0) {
+            log_error("reload: %s", err);
+        } else {
+            snprintf(cur->dram_policy, sizeof(cur->dram_policy), "%s", next.dram_policy);
+            log_info("reload: [dram] policy = %s", next.dram_policy);
+        }
+    }
+    if (r->nvme && strcmp(next.nvme_policy, cur->nvme_policy)) {
+        int rc = store_set_policy(r->nvme, next.nvme_policy);
+        if (rc < 0) {
+            log_error("reload: [nvme] policy %s: %s", next.nvme_policy, strerror(-rc));
+        } else {
+            snprintf(cur->nvme_policy, sizeof(cur->nvme_policy), "%s", next.nvme_policy);
+            log_info("reload: [nvme] policy = %s", next.nvme_policy);
+        }
+    }
+    log_unapplied(cur, &next);
     log_info("reload: done");
 }
 
@@ -156,7 +192,7 @@ int main(int argc, char **argv)
     dram *d = NULL;
     struct event_base *base = NULL;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
-    reload_ctx reload = { NULL, NULL };
+    reload_ctx reload = { NULL, NULL, NULL, NULL, NULL };
     struct event *watchdog = NULL;  /* systemd WatchdogSec= keep-alive, see notify.h */
     workers *w = NULL;
     fetcher *fx = NULL;
@@ -286,6 +322,9 @@ int main(int argc, char **argv)
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
+    reload.src = src;
+    reload.dram = d;
+    reload.nvme = nvme;
     sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
     if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||
         event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0)

@@ -872,3 +872,28 @@ int policy_sane(const policy *p)
     }
     return 0;
 }
+
+int policy_switch(policy **pp, policy_kind k, policy_node **pinned_nodes, size_t npinned)
+{
+    policy *old = *pp, *np;
+    policy_node *v;
+    int rc = policy_new(k, policy_capacity(old), &np);
+
+    if (rc < 0)
+        return rc;
+    while ((v = policy_victim(old))) {
+        policy_remove(old, v);
+        policy_node_init(v, v->key_hash, v->size);
+        policy_insert(np, v);
+    }
+    for (size_t i = 0; i < npinned; i++) {
+        v = pinned_nodes[i];
+        policy_remove(old, v);
+        policy_node_init(v, v->key_hash, v->size);
+        policy_insert(np, v);
+        policy_pin(np, v, 1);
+    }
+    policy_free(&old);
+    *pp = np;
+    return 0;
+}

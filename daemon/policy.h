@@ -139,6 +139,15 @@ uint64_t policy_count(const policy *p);
 uint64_t policy_capacity(const policy *p);
 policy_kind policy_get_kind(const policy *p);
 
+/*
+ * Replace *p by a new policy of kind k (same capacity) holding the same
+ * nodes: unpinned ones in the order the old policy would have evicted them
+ * (so that LRU-like kinds keep the recency order), pinned ones pinned.
+ * pinned_nodes lists the pinned nodes (npinned of them; the policy cannot
+ * enumerate them).  0, or -ENOMEM / -EINVAL with *p unchanged.
+ */
+int policy_switch(policy **p, policy_kind k, policy_node **pinned_nodes, size_t npinned);
+
 /* Check the policy's internal invariants (O(n)): 0 if they hold, else a
  * negative number naming the first broken one.  For tests and asserts. */
 int policy_sane(const policy *p);

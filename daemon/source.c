@@ -558,6 +558,11 @@ int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *
     return cb(arg, id);
 }
 
+void source_set_attr_ttl(source *s, double attr_ttl)
+{
+    s->attr_ttl = attr_ttl;
+}
+
 int source_forget(source *s, const char *norm)
 {
     srcfile *f = attr_find(s, norm);

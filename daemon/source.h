@@ -93,6 +93,9 @@ typedef int (*source_walk_cb)(void *arg, const uint8_t id[SOURCE_ID_LEN]);
 int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *arg,
                 char *err, size_t errlen);
 
+/* Loop thread: change attr_ttl (SIGHUP). */
+void source_set_attr_ttl(source *s, double attr_ttl);
+
 /* Loop thread: forget the cached attributes of norm, so that the next open
  * looks at the file again.  1 if there were any, else 0. */
 int source_forget(source *s, const char *norm);

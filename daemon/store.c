@@ -1028,6 +1028,36 @@ out:
     return held;
 }
 
+int store_set_policy(store *s, const char *policy_name)
+{
+    policy_kind kind;
+    policy_node **pinned;
+    size_t n = 0;
+    int rc = 0;
+
+    if (policy_kind_parse(policy_name, &kind) < 0)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    if (kind == policy_get_kind(s->pol))
+        goto out;
+    pinned = malloc((s->count + 2) * sizeof(*pinned));
+    if (!pinned) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t b = 0; b <= s->tabmask; b++)
+        for (st_entry *e = s->tab[b]; e; e = e->hnext)
+            if (e->pinned)
+                pinned[n++] = &e->pn;
+    if (s->gpn_in)
+        pinned[n++] = &s->gpn;          /* the garbage pseudo-entry stays pinned */
+    rc = policy_switch(&s->pol, kind, pinned, n);
+    free(pinned);
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 void store_get_stats(store *s, store_stats *out)
 {
     pthread_mutex_lock(&s->lock);

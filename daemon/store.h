@@ -123,6 +123,10 @@ long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n);
  */
 long store_pin_files(store *s, const uint8_t (*ids)[16], size_t n, int pinned);
 
+/* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
+ * 0, -EINVAL (unknown name), -ENOMEM. */
+int store_set_policy(store *s, const char *policy_name);
+
 /* Snapshot of the counters. */
 void store_get_stats(store *s, store_stats *out);
 

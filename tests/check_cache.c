@@ -293,6 +293,36 @@ START_TEST(test_pin_prefix)
 }
 END_TEST
 
+/* Switching the policy live keeps every chunk, the pins, and the byte
+ * count; the tier keeps working under the new policy. */
+START_TEST(test_set_policy)
+{
+    uint8_t id[16];
+    dram_stats st;
+    char err[256];
+
+    tier = mkdram(80 * 1024, 8192);         /* 8 arena blocks of 8K */
+    for (uint64_t i = 0; i < 6; i++)
+        put(3, i, 8192);
+    put(4, 0, 8192);
+    memset(id, 4, sizeof(id));
+    ck_assert_int_eq(dram_pin_files(tier, (const uint8_t (*)[16])id, 1, 1), 1);
+    ck_assert_int_eq(dram_set_policy(tier, "epoch", err, sizeof(err)), 0);
+    ck_assert_int_eq(dram_set_policy(tier, "bogus", err, sizeof(err)), -EINVAL);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.chunks, 7);
+    ck_assert_uint_eq(st.cached_bytes, 7 * 8192);
+    ck_assert_uint_eq(st.pinned_bytes, 8192);
+    for (uint64_t i = 0; i < 6; i++)
+        ck_assert(has(tier, 3, i));
+    ck_assert_int_eq(dram_set_policy(tier, "lru", err, sizeof(err)), 0);
+    for (uint64_t i = 10; i < 30; i++)      /* churn: the pinned chunk stays */
+        put(3, i, 8192);
+    ck_assert(has(tier, 4, 0));
+    dram_free(&tier);
+}
+END_TEST
+
 START_TEST(test_too_small)
 {
     char err[256];
@@ -317,6 +347,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_heap_overflow);
     tcase_add_test(tc, test_policy_epoch_vs_lru);
     tcase_add_test(tc, test_pin_prefix);
+    tcase_add_test(tc, test_set_policy);
     tcase_add_test(tc, test_too_small);
     suite_add_tcase(s, tc);
     return s;

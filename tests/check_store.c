@@ -728,6 +728,11 @@ START_TEST(test_pin_prefix)
     ck_assert_int_eq(store_pin_files(f.s, (const uint8_t (*)[16])k, 1, 1), 1);
     ck_assert_int_eq(put(&f, 21, 1, MIB), 0);         /* pinned on arrival */
     ck_assert_uint_ge(stats(&f).pinned_bytes, 2 * MIB);
+    /* A live policy switch keeps chunks and pins. */
+    ck_assert_int_eq(store_set_policy(f.s, "bogus"), -EINVAL);
+    ck_assert_int_eq(store_set_policy(f.s, "s3fifo"), 0);
+    ck_assert_uint_eq(stats(&f).chunks, 2);
+    ck_assert_int_eq(store_set_policy(f.s, "lru"), 0);
     for (int i = 0; i < 40; i++)                      /* several times the capacity */
         ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
     ck_assert_int_eq(get_check(&f, 21, 0, MIB), 0);

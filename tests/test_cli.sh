@@ -95,13 +95,21 @@ check "--help" test $? -eq 0
 # SIGHUP: live keys apply, others are named as needing a restart, a broken
 # file changes nothing; the daemon keeps serving throughout.
 cp "$dir/g.conf" "$dir/g.conf.orig"
-printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\n' >> "$dir/g.conf"
+printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\nchunk_size = 2M\n[dram]\npolicy = epoch\n[nvme]\npolicy = s3fifo\n' >> "$dir/g.conf"
 kill -HUP "$pid"
 sleep 0.5
 grep -q "reload: log_level = debug" "$dir/log"
 check "SIGHUP applies log_level" test $? -eq 0
-grep -q "attr_ttl = 5: takes effect after a restart" "$dir/log"
+grep -q "reload: attr_ttl = 5" "$dir/log"
+check "SIGHUP applies attr_ttl" test $? -eq 0
+grep -q "reload: \[dram\] policy = epoch" "$dir/log" && grep -q "reload: \[nvme\] policy = s3fifo" "$dir/log"
+check "SIGHUP switches both tiers' policies" test $? -eq 0
+$CTL -s "$dir/sock" config | grep -q "^policy = epoch"
+check "config shows the new policy" test $? -eq 0
+grep -q "chunk_size = 2M: takes effect after a restart" "$dir/log"
 check "SIGHUP names what needs a restart" test $? -eq 0
+$CTL -s "$dir/sock" cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
+check "cached bytes still served after the policy switch" test $? -eq 0
 echo "bogus line" >> "$dir/g.conf"
 kill -HUP "$pid"
 sleep 0.5
