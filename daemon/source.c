@@ -158,7 +158,7 @@ int source_resolve(source *s, const char *path, size_t len, char **norm, int *ro
             *root = r;
             return 0;
         }
-        if (o > rl && memcmp(n, s->roots[r], rl) == 0 && n[rl] == '/') {
+        if (o >= rl && memcmp(n, s->roots[r], rl) == 0 && (o == rl || n[rl] == '/')) {
             *norm = n;
             *root = r;
             return 0;
@@ -180,6 +180,8 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         rel = norm;                     /* root "/" */
     while (*rel == '/')
         rel++;
+    if (!*rel)
+        rel = ".";                      /* the root itself (a directory: admin walks) */
     dfd = open(s->roots[root], O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         int e = errno;

@@ -49,7 +49,9 @@ int source_new(const gr_config *cfg, source **out);
 void source_free(source **s);
 
 /*
- * Lexical check of a client path (len bytes, not NUL-terminated).  On 0,
+ * Lexical check of a client path (len bytes, not NUL-terminated): the root
+ * itself or anything under it (opening a root fails with EISDIR, but admin
+ * commands walk it).  On 0,
  * *norm is a malloc'd normalised copy (duplicate slashes and a trailing
  * slash removed) that the caller frees, and *root its root's index.
  * -EINVAL (empty, NUL byte, not absolute), -ENAMETOOLONG, -EACCES (a

@@ -105,6 +105,10 @@ $CTL -s "$dir/sock" pin "$dir/src/ds" > "$dir/out"
 grep -q "pinned: 4 files, 4 chunks in dram" "$dir/out"
 check "pin of a directory: its 4 files, symlink not followed" test $? -eq 0
 $CTL -s "$dir/sock" unpin "$dir/src/ds" > /dev/null
+$CTL -s "$dir/sock" pin "$dir/src" > "$dir/out"
+grep -q "pinned: [0-9]* files" "$dir/out"
+check "pin of a whole source root" test $? -eq 0
+$CTL -s "$dir/sock" unpin "$dir/src" > /dev/null
 $CTL -s "$dir/sock" evict "$dir/src/ds" > "$dir/out"
 grep -q "evicted: 4 files, 4 chunks in dram" "$dir/out"
 check "evict of a directory: its 4 files" test $? -eq 0
