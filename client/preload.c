@@ -48,7 +48,11 @@
  * nor are mmap, readv/preadv, io_uring or programs that make raw system
  * calls (Go): all of these read the real file, which is the fallback.  All
  * served descriptors of a process share one connection, so reads by
- * several threads are serialised by libgranary.  After fork() the child
+ * several threads are serialised by libgranary, and at most 4096 are served
+ * at once (the daemon's limit per connection; more fall through).  Paths
+ * come from /proc/self/fd: without /proc nothing is served.  A served read
+ * waits for the daemon up to $GRANARY_TIMEOUT_MS (then it falls back, and
+ * so does every descriptor on that connection).  After fork() the child
  * drops the parent's connection without speaking on it (its open
  * descriptors fall back) and connects again on its next open.
  *
@@ -568,8 +572,7 @@ static int pl_map_path(const char *path, char *out, size_t outlen)
 /* An error that means the connection, not the file, failed. */
 static int pl_conn_error(int e)
 {
-    return e == ECONNRESET || e == EPIPE || e == ETIMEDOUT || e == EPROTO || e == ENOTCONN ||
-           e == EBADF;
+    return e == ECONNRESET || e == EPIPE || e == ETIMEDOUT || e == EPROTO || e == ENOTCONN;
 }
 
 /* After a successful real open of fd with flags: serve it if it is a
@@ -660,6 +663,8 @@ static mode_t pl_mode(int flags, va_list ap)
     return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
 
+/* open/open64/openat/openat64: the real call, then fd is served when it
+ * qualifies (see the top of the file).  errno is the real call's. */
 int open(const char *path, int flags, ...)
 {
     va_list ap;
@@ -787,6 +792,9 @@ static ssize_t pl_pread(int fd, pl_file *pf, void *buf, size_t len, off_t off)
     return n;
 }
 
+/* read/pread/pread64: served through the daemon when fd is served (the
+ * real call otherwise, or when serving fails); read advances the file
+ * offset exactly as the real call would. */
 ssize_t read(int fd, void *buf, size_t len)
 {
     pl_file *pf = pl_get(fd);
@@ -914,6 +922,9 @@ out:
     return n;
 }
 
+/* copy_file_range/sendfile/sendfile64 from a served descriptor: through
+ * the daemon, at most PL_BOUNCE bytes a call (callers loop); the real call
+ * otherwise. */
 ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size_t len,
                         unsigned int flags)
 {
@@ -954,6 +965,8 @@ ssize_t sendfile64(int out, int in, off64_t *off, size_t len)
 /* ------------------------------------------------------------------ */
 /* Closing, duplicating onto, stat.                                    */
 
+/* close/dup2/dup3: the real call; a served descriptor that is closed (or
+ * replaced) stops being served and its daemon handle is released. */
 int close(int fd)
 {
     pl_file *pf = pl_detach(fd, NULL);
@@ -991,6 +1004,8 @@ static void pl_fix_size(int fd, dev_t dev, ino_t ino, off_t *size)
     pl_put(pf);
 }
 
+/* fstat/fstat64/__fxstat/__fxstat64: the real call; st_size of a served
+ * descriptor is the size the daemon fixed at open. */
 int fstat(int fd, struct stat *st)
 {
     int r = CALL_REAL(fstat, fd, st);

@@ -100,7 +100,10 @@ def _error(cptr, path=None, err=None):
 
 def _fspath_bytes(path):
     p = os.fspath(path)
-    return p if isinstance(p, bytes) else os.fsencode(p)
+    p = p if isinstance(p, bytes) else os.fsencode(p)
+    if b"\0" in p:
+        raise ValueError("embedded null byte")
+    return p
 
 
 class Client:
@@ -309,6 +312,9 @@ class GranaryFile(io.RawIOBase):
 
     def writable(self):
         return False
+
+    def write(self, b):
+        raise io.UnsupportedOperation("write: granary files are read-only")
 
     def _pread_into(self, b, offset):
         mv = memoryview(b)

@@ -1,0 +1,276 @@
+#!/bin/sh
+# The LD_PRELOAD shim (build/libgranary_preload.so) against a real granaryd:
+# cat, cmp, Python's open().read() and tar under the shim write exactly what
+# they write without it, and the daemon's bytes_served grows by what they
+# read (the shim really served them); file-offset semantics (lseek, dup,
+# fork, readv, mmap, sendfile, a descriptor closed behind the shim's back);
+# then the daemon dies mid-read and is stopped, and everything still works
+# from the files (fallthrough).
+set -u
+cd "$(dirname "$0")/.."
+GRANARYD=${GRANARYD:-build/granaryd}
+CTL=build/granaryctl
+PRE=$PWD/build/libgranary_preload.so
+PY=/usr/bin/python3
+dir=$(mktemp -d /tmp/granary-preload-XXXXXX)
+pid=
+fails=0
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+check() {   # check DESCRIPTION COMMAND...
+    d=$1
+    shift
+    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
+}
+served() {  # the daemon's bytes_served
+    $CTL -s "$dir/sock" stats --json | sed -n 's/.*"bytes_served": *\([0-9]*\).*/\1/p'
+}
+pre() {     # run a command under the shim
+    env LD_PRELOAD="$PRE" GRANARY_SOCKET="$dir/sock" GRANARY_PRELOAD_ROOTS="$dir/src" "$@"
+}
+grew() {    # grew BEFORE AT_LEAST: bytes_served rose by at least AT_LEAST
+    now=$(served)
+    [ -n "$now" ] && [ $((now - $1)) -ge "$2" ]
+}
+
+check "shim built" test -f "$PRE"
+mkdir -p "$dir/src/tree/sub" "$dir/out"
+head -c 5000000 /dev/urandom > "$dir/src/big.bin"
+cp "$dir/src/big.bin" "$dir/out/big.copy"               # outside the roots: the truth
+cp "$dir/src/big.bin" "$dir/src/diff.bin"
+printf 'Z' | dd of="$dir/src/diff.bin" bs=1 seek=3000000 conv=notrunc 2>/dev/null
+printf 'hello granary\n' > "$dir/src/small.txt"
+printf 'outside\n' > "$dir/out/outside.txt"
+: > "$dir/src/empty"
+for i in 1 2 3 4 5 6; do head -c $((i * 37000)) /dev/urandom > "$dir/src/tree/f$i"; done
+head -c 1500000 /dev/urandom > "$dir/src/tree/sub/g"
+ln -s f1 "$dir/src/tree/link"
+tree_bytes=$(cat "$dir"/src/tree/f* "$dir/src/tree/sub/g" | wc -c)
+cat > "$dir/g.conf" <<CONF
+[daemon]
+socket = $dir/sock
+[source]
+roots = $dir/src
+chunk_size = 1M
+[dram]
+capacity = 64M
+[nvme]
+path = $dir/nvme
+capacity = 64M
+[metrics]
+listen =
+CONF
+$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
+pid=$!
+i=0
+while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+check "daemon started" test -S "$dir/sock"
+
+# --- the same output with and without the shim, served by the daemon ----------
+# run_both NAME MIN_SERVED COMMAND...: stdout+stderr+exit status compared
+run_both() {
+    name=$1 min=$2
+    shift 2
+    "$@" > "$dir/$name.plain" 2>&1
+    echo "exit $?" >> "$dir/$name.plain"
+    b=$(served)
+    pre "$@" > "$dir/$name.pre" 2>&1
+    echo "exit $?" >> "$dir/$name.pre"
+    check "$name: identical under LD_PRELOAD" cmp -s "$dir/$name.plain" "$dir/$name.pre"
+    check "$name: served by the daemon (bytes_served +$min)" grew "$b" "$min"
+}
+run_both cat 5000014 cat "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty"
+run_both "cmp same" 5000000 cmp "$dir/src/big.bin" "$dir/out/big.copy"
+run_both "cmp differ" 3000000 cmp "$dir/src/big.bin" "$dir/src/diff.bin"
+check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.pre"
+run_both python 5000000 $PY -c \
+    'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' "$dir/src/big.bin"
+run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
+b=$(served)
+env LD_PRELOAD="$PRE" GRANARY_CONFIG="$dir/g.conf" GRANARY_SOCKET= GRANARY_PRELOAD_ROOTS= \
+    cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
+check "roots and socket from GRANARY_CONFIG" test $? -eq 0
+check "GRANARY_CONFIG: served" grew "$b" 5000000
+b=$(served)
+pre cat /etc/passwd | cmp -s - /etc/passwd
+check "outside the roots: the real file" test $? -eq 0
+GRANARY_PRELOAD=0 pre cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
+check "GRANARY_PRELOAD=0: the real file" test $? -eq 0
+now=$(served)
+check "neither was served by the daemon" test "$now" -eq "$b"
+
+# --- descriptor semantics under the shim -----------------------------------------
+cat > "$dir/sem.py" <<'PY'
+"""Checks run under the shim; argv: test name, src dir, out dir."""
+import mmap, os, shutil, sys, threading
+test, src, out = sys.argv[1], sys.argv[2], sys.argv[3]
+big = os.path.join(src, "big.bin")
+data = open(os.path.join(out, "big.copy"), "rb").read()    # outside the roots
+
+
+def offsets():
+    fd = os.open(big, os.O_RDONLY)
+    assert os.read(fd, 1000) == data[:1000]
+    assert os.lseek(fd, 500, os.SEEK_CUR) == 1500
+    assert os.read(fd, 100) == data[1500:1600]
+    assert os.pread(fd, 50, 10) == data[10:60]
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 1600
+    fd2 = os.dup(fd)                       # shares the offset
+    assert os.read(fd2, 10) == data[1600:1610]
+    assert os.read(fd, 10) == data[1610:1620]
+    os.close(fd2)
+    assert os.fstat(fd).st_size == len(data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    buf = bytearray(100)
+    assert os.readv(fd, [buf]) == 100 and bytes(buf) == data[:100]   # unserved, same offset
+    assert os.read(fd, 100) == data[100:200]
+    os.lseek(fd, -10, os.SEEK_END)
+    assert os.read(fd, 100) == data[-10:] and os.read(fd, 100) == b""
+    with open(big, "rb") as f:             # buffered Python file: readinto, seek
+        f.seek(3_000_000)
+        assert f.read(1 << 20) == data[3_000_000:3_000_000 + (1 << 20)]
+        assert f.tell() == 3_000_000 + (1 << 20)
+    os.close(fd)
+
+
+def fork():
+    fd = os.open(big, os.O_RDONLY)
+    assert os.read(fd, 1000) == data[:1000]
+    pid = os.fork()
+    if pid == 0:
+        ok = os.read(fd, 1000) == data[1000:2000]          # inherited descriptor
+        with open(os.path.join(src, "small.txt"), "rb") as f:   # the child's own connection
+            ok = ok and f.read() == b"hello granary\n"
+        os._exit(0 if ok else 1)
+    _, st = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(st) == 0, "child failed"
+    assert os.read(fd, 1000) == data[2000:3000]            # the child moved the shared offset
+    assert open(big, "rb").read() == data
+    os.close(fd)
+
+
+def threads():
+    errs = []
+    fd = os.open(big, os.O_RDONLY)
+
+    def work(seed):
+        import random
+        r = random.Random(seed)
+        try:
+            own = os.open(big, os.O_RDONLY)
+            for _ in range(40):
+                off, n = r.randrange(len(data)), r.randrange(1, 400_000)
+                use = fd if r.random() < 0.5 else own
+                if os.pread(use, n, off) != data[off:off + n]:
+                    errs.append((off, n))
+            os.close(own)
+        except Exception as e:
+            errs.append(e)
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    os.close(fd)
+    assert not errs, errs[:3]
+
+
+def mmap_sendfile():
+    with open(big, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)   # falls through to the file
+        assert m[:] == data
+        m.close()
+    fd = os.open(big, os.O_RDONLY)
+    dst = os.path.join(out, "sendfile.out")
+    o = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    while os.sendfile(o, fd, None, 1 << 20):
+        pass
+    assert os.sendfile(o, fd, 10, 5) == 5               # explicit offset: position unchanged
+    assert os.lseek(fd, 0, os.SEEK_CUR) == len(data)
+    os.close(o)
+    os.close(fd)
+    assert open(dst, "rb").read() == data + data[10:15]
+    shutil.copyfile(big, dst)
+    assert open(dst, "rb").read() == data
+
+
+def reuse():
+    outside = os.path.join(out, "outside.txt")
+    a = os.open(os.path.join(src, "small.txt"), os.O_RDONLY)
+    b = os.open(outside, os.O_RDONLY)
+    os.dup2(b, a)                          # a is now the outside file
+    assert os.read(a, 100) == b"outside\n"
+    os.close(a)
+    os.close(b)
+    a = os.open(os.path.join(src, "small.txt"), os.O_RDONLY)
+    os.closerange(a, a + 1)                # close_range(2): behind the shim's back
+    r, w = os.pipe()                       # likely reuses a's number
+    os.write(w, b"pipe!")
+    assert os.read(r, 100) == b"pipe!"
+    c = os.open(outside, os.O_RDONLY)
+    assert os.read(c, 100) == b"outside\n"
+    for x in (r, w, c):
+        os.close(x)
+
+
+globals()[test]()
+PY
+for t in offsets fork threads mmap_sendfile reuse; do
+    pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"
+    check "semantics under the shim: $t" test $rc -eq 0
+done
+
+# --- the daemon goes away ---------------------------------------------------------
+cat > "$dir/die.py" <<PY
+import os, signal, time
+data = open("$dir/out/big.copy", "rb").read()
+fd = os.open("$dir/src/big.bin", os.O_RDONLY)
+first = os.read(fd, 1 << 20)
+os.kill($pid, signal.SIGTERM)
+for _ in range(500):
+    if not os.path.exists("$dir/sock"):
+        break
+    time.sleep(0.01)
+rest = b""
+while True:
+    b = os.read(fd, 300000)
+    if not b:
+        break
+    rest += b
+assert first + rest == data, "mixed or short"
+assert open("$dir/src/small.txt", "rb").read() == b"hello granary\n"
+PY
+pre $PY "$dir/die.py" > "$dir/die.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/    /' "$dir/die.log"
+check "daemon dies mid-read: the rest comes from the file" test $rc -eq 0
+wait "$pid"
+check "daemon stopped cleanly" test $? -eq 0
+pid=
+check "daemon gone" test ! -e "$dir/sock"
+
+for name in cat "cmp same" "cmp differ" tar; do
+    case $name in
+    cat) set -- cat "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty" ;;
+    "cmp same") set -- cmp "$dir/src/big.bin" "$dir/out/big.copy" ;;
+    "cmp differ") set -- cmp "$dir/src/big.bin" "$dir/src/diff.bin" ;;
+    tar) set -- tar cf - -C "$dir/src" tree ;;
+    esac
+    pre "$@" > "$dir/down.out" 2>&1
+    echo "exit $?" >> "$dir/down.out"
+    check "no daemon: $name still identical" cmp -s "$dir/$name.plain" "$dir/down.out"
+done
+pre $PY -c 'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' \
+    "$dir/src/big.bin" > "$dir/down.out" 2>&1
+echo "exit $?" >> "$dir/down.out"
+check "no daemon: python still identical" cmp -s "$dir/python.plain" "$dir/down.out"
+for t in offsets fork threads mmap_sendfile reuse; do
+    pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"
+    check "no daemon: semantics $t" test $rc -eq 0
+done
+[ $fails -eq 0 ]
