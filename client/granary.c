@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "granary_int.h"
 #include "proto.h"
 
 _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PROTO_ADMIN_INVALIDATE &&
@@ -99,11 +100,12 @@ const char *gr_strerror_last(gr_client *c)
     return c->errtext;
 }
 
-/* "[daemon] socket = X" from a config file, into out.  0 if found. */
-static int socket_from_config(const char *path, char *out, size_t outlen)
+int gr__conf_get(const char *path, const char *section, const char *key, char *out,
+                 size_t outlen)
 {
     FILE *f = fopen(path, "re");
-    char line[4096], section[64] = "";
+    char line[8192], cur[64] = "";
+    size_t klen = strlen(key);
     int found = -1;
 
     if (!f)
@@ -114,15 +116,15 @@ static int socket_from_config(const char *path, char *out, size_t outlen)
             p++;
         if (*p == '[') {
             e = strchr(p, ']');
-            if (e && (size_t)(e - p - 1) < sizeof(section)) {
-                memcpy(section, p + 1, (size_t)(e - p - 1));
-                section[e - p - 1] = '\0';
+            if (e && (size_t)(e - p - 1) < sizeof(cur)) {
+                memcpy(cur, p + 1, (size_t)(e - p - 1));
+                cur[e - p - 1] = '\0';
             }
             continue;
         }
-        if (strcmp(section, "daemon") || strncmp(p, "socket", 6))
+        if (strcmp(cur, section) || strncmp(p, key, klen))
             continue;
-        p += 6;
+        p += klen;
         while (*p == ' ' || *p == '\t')
             p++;
         if (*p++ != '=')
@@ -341,7 +343,8 @@ gr_client *gr_connect(const char *socket_path)
         socket_path = getenv("GRANARY_SOCKET");
     if (!socket_path || !*socket_path) {
         const char *cfg = getenv("GRANARY_CONFIG");
-        if (socket_from_config(cfg && *cfg ? cfg : GR_DEFAULT_CONFIG, path, sizeof(path)) == 0)
+        if (gr__conf_get(cfg && *cfg ? cfg : GR_DEFAULT_CONFIG, "daemon", "socket", path,
+                         sizeof(path)) == 0)
             socket_path = path;
         else
             socket_path = GR_DEFAULT_SOCKET;

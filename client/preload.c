@@ -81,6 +81,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "granary_int.h"
 
 #define PL_MAX_ROOTS 16
 #define PL_BOUNCE (1u << 20)            /* bytes per copy_file_range/sendfile call */
@@ -219,47 +220,12 @@ static void pl_add_roots(const char *list)
  * config/granary.conf).  0 if found. */
 static int pl_roots_from_config(const char *path)
 {
-    FILE *f = fopen(path, "re");
-    char line[8192], section[64] = "";
-    int found = -1;
+    char roots[8192];
 
-    if (!f)
+    if (gr__conf_get(path, "source", "roots", roots, sizeof(roots)) < 0)
         return -1;
-    while (found < 0 && fgets(line, sizeof(line), f)) {
-        char *p = line, *e;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == '[') {
-            e = strchr(p, ']');
-            if (e && (size_t)(e - p - 1) < sizeof(section)) {
-                memcpy(section, p + 1, (size_t)(e - p - 1));
-                section[e - p - 1] = '\0';
-            }
-            continue;
-        }
-        if (strcmp(section, "source") || strncmp(p, "roots", 5))
-            continue;
-        p += 5;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p++ != '=')
-            continue;
-        while (*p == ' ' || *p == '\t' || *p == '"')
-            p++;
-        e = p + strcspn(p, "\"\r\n");
-        for (char *q = p; q < e; q++)       /* inline comment: blank, then # or ; */
-            if ((*q == '#' || *q == ';') && q > p && (q[-1] == ' ' || q[-1] == '\t')) {
-                e = q;
-                break;
-            }
-        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        *e = '\0';
-        pl_add_roots(p);
-        found = 0;
-    }
-    fclose(f);
-    return found;
+    pl_add_roots(roots);
+    return 0;
 }
 
 static void pl_init_once(void)

@@ -2,57 +2,22 @@
 # granaryctl's operator commands against a real granaryd: health, config,
 # top, evict, invalidate, pin, unpin; admin commands refused for a user who
 # is neither root nor in admin_group, allowed for one in it.
-set -u
 cd "$(dirname "$0")/.."
-GRANARYD=${GRANARYD:-build/granaryd}
-CTL=build/granaryctl
-dir=$(mktemp -d /tmp/granary-admin-XXXXXX)
+NAME=admin
+. tests/lib.sh
 chmod 755 "$dir"
-pid=
-fails=0
 user=granary-test
 group=granary-test-admin
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-check() {   # check DESCRIPTION COMMAND...
-    d=$1
-    shift
-    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
-}
-stat_of() {   # stat_of NAME: one counter from stats --json
-    $CTL -s "$dir/sock" stats --json | sed "s/.*\"$1\": \([0-9]*\).*/\1/"
-}
 
-mkdir -p "$dir/src"
 head -c 3000000 /dev/urandom > "$dir/src/data.bin"
 chmod 644 "$dir/src/data.bin"
-cat > "$dir/g.conf" <<CONF
-[daemon]
-socket = $dir/sock
+write_conf "[daemon]
 socket_mode = 0666
-admin_group = $group
-[source]
-roots = $dir/src
-chunk_size = 1M
-[dram]
-capacity = 64M
-[nvme]
-path = $dir/nvme
-capacity = 64M
-[metrics]
-listen =
-CONF
+admin_group = $group"
 # A second, unprivileged user, and an admin group (created once, kept).
 getent group "$group" > /dev/null || groupadd "$group"
 id "$user" > /dev/null 2>&1 || useradd -M -N -s /usr/sbin/nologin "$user"
-$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
-check "daemon started" test -S "$dir/sock"
+start_daemon
 
 out=$($CTL -s "$dir/sock" health)
 check "health: exit 0" test $? -eq 0

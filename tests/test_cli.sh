@@ -2,47 +2,15 @@
 # granaryctl against a real granaryd: cat is byte-identical to the file,
 # stats --json is one JSON object with the contract keys, errors are one
 # line with a non-zero exit.
-set -u
 cd "$(dirname "$0")/.."
-GRANARYD=${GRANARYD:-build/granaryd}
-CTL=build/granaryctl
-dir=$(mktemp -d /tmp/granary-cli-XXXXXX)
-pid=
-fails=0
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-check() {   # check DESCRIPTION COMMAND...
-    d=$1
-    shift
-    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
-}
+NAME=cli
+. tests/lib.sh
 
-mkdir -p "$dir/src"
 head -c 5000000 /dev/urandom > "$dir/src/big.bin"
 printf 'x' > "$dir/src/one"
 : > "$dir/src/empty"
-cat > "$dir/g.conf" <<CONF
-[daemon]
-socket = $dir/sock
-[source]
-roots = $dir/src
-chunk_size = 1M
-[dram]
-capacity = 64M
-[nvme]
-path = $dir/nvme
-capacity = 64M
-[metrics]
-listen =
-CONF
-$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
-check "daemon started" test -S "$dir/sock"
+write_conf
+start_daemon
 
 for f in big.bin one empty; do
     $CTL -s "$dir/sock" cat "$dir/src/$f" > "$dir/out"

@@ -6,25 +6,11 @@
 # fork, readv, mmap, sendfile, a descriptor closed behind the shim's back);
 # then the daemon dies mid-read and is stopped, and everything still works
 # from the files (fallthrough).
-set -u
 cd "$(dirname "$0")/.."
-GRANARYD=${GRANARYD:-build/granaryd}
-CTL=build/granaryctl
+NAME=preload
+. tests/lib.sh
 PRE=$PWD/build/libgranary_preload.so
 PY=/usr/bin/python3
-dir=$(mktemp -d /tmp/granary-preload-XXXXXX)
-pid=
-fails=0
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-check() {   # check DESCRIPTION COMMAND...
-    d=$1
-    shift
-    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
-}
 served() {  # the daemon's bytes_served
     $CTL -s "$dir/sock" stats --json | sed -n 's/.*"bytes_served": *\([0-9]*\).*/\1/p'
 }
@@ -49,25 +35,8 @@ for i in 1 2 3 4 5 6; do head -c $((i * 37000)) /dev/urandom > "$dir/src/tree/f$
 head -c 1500000 /dev/urandom > "$dir/src/tree/sub/g"
 ln -s f1 "$dir/src/tree/link"
 tree_bytes=$(cat "$dir"/src/tree/f* "$dir/src/tree/sub/g" | wc -c)
-cat > "$dir/g.conf" <<CONF
-[daemon]
-socket = $dir/sock
-[source]
-roots = $dir/src
-chunk_size = 1M
-[dram]
-capacity = 64M
-[nvme]
-path = $dir/nvme
-capacity = 64M
-[metrics]
-listen =
-CONF
-$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
-check "daemon started" test -S "$dir/sock"
+write_conf
+start_daemon
 
 # --- the same output with and without the shim, served by the daemon ----------
 # run_both NAME MIN_SERVED COMMAND...: stdout+stderr+exit status compared
