@@ -27,7 +27,9 @@ mkdir -p "$dir/src/tree/sub" "$dir/out"
 head -c 5000000 /dev/urandom > "$dir/src/big.bin"
 cp "$dir/src/big.bin" "$dir/out/big.copy"               # outside the roots: the truth
 cp "$dir/src/big.bin" "$dir/src/diff.bin"
-printf 'Z' | dd of="$dir/src/diff.bin" bs=1 seek=3000000 conv=notrunc 2>/dev/null
+# Change byte 3000000 (0-based) to a value it surely did not have.
+b=$(od -An -tu1 -j3000000 -N1 "$dir/src/big.bin" | tr -d ' ')
+printf "\\$(printf '%03o' $(( (b + 1) % 256 )))" | dd of="$dir/src/diff.bin" bs=1 seek=3000000 conv=notrunc 2>/dev/null
 printf 'hello granary\n' > "$dir/src/small.txt"
 printf 'outside\n' > "$dir/out/outside.txt"
 : > "$dir/src/empty"
