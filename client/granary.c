@@ -326,6 +326,23 @@ static int fail(gr_client *c, int rc)
     return -1;
 }
 
+/* call() for a request whose success reply must carry opcode op: 0 with *m
+ * filled, or -1 with errno and the reason set (transport failure, the
+ * daemon's error reply, or a reply of another kind). */
+static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8_t op,
+                   proto_msg *m)
+{
+    int rc = call(c, req, len, id, m);
+
+    if (rc < 0)
+        return fail(c, rc);
+    if (m->h.status < 0)
+        return fail_reply(c, m);
+    if (m->h.op != op)
+        return fail(c, -EPROTO);
+    return 0;
+}
+
 gr_client *gr_connect(const char *socket_path)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -413,7 +430,6 @@ gr_file *gr_open(gr_client *c, const char *path)
     proto_msg m;
     uint32_t id;
     ssize_t n;
-    int rc;
 
     pthread_mutex_lock(&c->lock);
     id = take_id(c);
@@ -422,19 +438,8 @@ gr_file *gr_open(gr_client *c, const char *path)
         fail(c, len == 0 ? -EINVAL : -ENAMETOOLONG);
         goto out;
     }
-    rc = call(c, req, (size_t)n, id, &m);
-    if (rc < 0) {
-        fail(c, rc);
+    if (call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m) < 0)
         goto out;
-    }
-    if (m.h.status < 0) {
-        fail_reply(c, &m);
-        goto out;
-    }
-    if (m.h.op != PROTO_OP_OPEN) {
-        fail(c, -EPROTO);
-        goto out;
-    }
     f = calloc(1, sizeof(*f));
     if (!f) {
         fail(c, -ENOMEM);
@@ -471,7 +476,7 @@ int gr_close(gr_file *f)
     uint8_t req[PROTO_HDR_LEN + 4];
     proto_msg m;
     uint32_t id;
-    int rc, ret = 0;
+    int ret = 0;
 
     if (!f)
         return 0;
@@ -479,11 +484,7 @@ int gr_close(gr_file *f)
     pthread_mutex_lock(&c->lock);
     id = take_id(c);
     proto_enc_close(req, sizeof(req), id, f->a.handle);
-    rc = call(c, req, sizeof(req), id, &m);
-    if (rc < 0)
-        ret = fail(c, rc);
-    else if (m.h.status < 0)
-        ret = fail_reply(c, &m);
+    ret = call_ok(c, req, sizeof(req), id, PROTO_OP_CLOSE, &m);
     pthread_mutex_unlock(&c->lock);
     free(f);
     return ret;
@@ -747,7 +748,7 @@ int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
     proto_msg m;
     uint32_t id;
     ssize_t n;
-    int rc, ret = -1;
+    int ret = -1;
 
     *text = NULL;
     pthread_mutex_lock(&c->lock);
@@ -757,19 +758,8 @@ int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
         fail(c, len > PROTO_MAX_PATH ? -ENAMETOOLONG : -EINVAL);
         goto out;
     }
-    rc = call(c, req, (size_t)n, id, &m);
-    if (rc < 0) {
-        fail(c, rc);
+    if (call_ok(c, req, (size_t)n, id, PROTO_OP_ADMIN, &m) < 0)
         goto out;
-    }
-    if (m.h.status < 0) {
-        fail_reply(c, &m);
-        goto out;
-    }
-    if (m.h.op != PROTO_OP_ADMIN) {
-        fail(c, -EPROTO);
-        goto out;
-    }
     *text = malloc(m.u.data.len + 1);
     if (!*text) {
         fail(c, -ENOMEM);
@@ -795,15 +785,9 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
     pthread_mutex_lock(&c->lock);
     id = take_id(c);
     proto_enc_stats_req(req, sizeof(req), id);
-    rc = call(c, req, sizeof(req), id, &m);
-    if (rc < 0) {
-        ret = fail(c, rc);
+    ret = call_ok(c, req, sizeof(req), id, PROTO_OP_STATS, &m);
+    if (ret < 0)
         goto out;
-    }
-    if (m.h.status < 0) {
-        ret = fail_reply(c, &m);
-        goto out;
-    }
     for (;;) {
         const char *name;
         size_t nlen;

@@ -38,7 +38,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,19 +78,6 @@ struct arena {
     uint64_t alloc_failures;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t *avail_map(arena *a, uint32_t order)
 {
@@ -212,12 +198,12 @@ static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
     s->fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (s->fd < 0) {
         rc = -errno;
-        seterr(err, errlen, "memfd_create: %s", strerror(errno));
+        err_set(err, errlen, "memfd_create: %s", strerror(errno));
         return rc;
     }
     if (ftruncate(s->fd, (off_t)a->seg_size) < 0) {
         rc = -errno;
-        seterr(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->seg_size,
+        err_set(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->seg_size,
                strerror(errno));
         return rc;
     }
@@ -226,7 +212,7 @@ static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
     p = mmap(NULL, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
-        seterr(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
+        err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
         return rc;
     }
     s->base = p;
@@ -234,14 +220,14 @@ static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
      * EINVAL, and handing out an unsealed segment is not an option. */
     if (fcntl(s->fd, F_ADD_SEALS, ARENA_SEALS) < 0) {
         rc = -errno;
-        seterr(err, errlen, "fcntl F_ADD_SEALS: %s", strerror(errno));
+        err_set(err, errlen, "fcntl F_ADD_SEALS: %s", strerror(errno));
         return rc;
     }
     s->state = calloc(a->seg_size >> ARENA_PAGE_SHIFT, 1);
     s->next = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
     s->prev = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
     if (!s->state || !s->next || !s->prev) {
-        seterr(err, errlen, "out of memory for the arena's metadata");
+        err_set(err, errlen, "out of memory for the arena's metadata");
         return -ENOMEM;
     }
     for (uint32_t k = 0; k < ARENA_ORDERS; k++)
@@ -259,7 +245,7 @@ int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, 
     *out = NULL;
     if (segment_size < ARENA_MIN_BLOCK || (segment_size & (segment_size - 1)) ||
         segment_size > ((uint64_t)ARENA_MIN_BLOCK << ARENA_MAX_ORDER)) {
-        seterr(err, errlen, "segment size %" PRIu64 " is not a power of two between %d and "
+        err_set(err, errlen, "segment size %" PRIu64 " is not a power of two between %d and "
                "%" PRIu64, segment_size, ARENA_MIN_BLOCK,
                (uint64_t)ARENA_MIN_BLOCK << ARENA_MAX_ORDER);
         return -EINVAL;
@@ -268,13 +254,13 @@ int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, 
     if (nsegs == 0)
         nsegs = 1;
     if (nsegs > UINT32_MAX - 63) {
-        seterr(err, errlen, "capacity %" PRIu64 " needs too many segments of %" PRIu64 " bytes",
+        err_set(err, errlen, "capacity %" PRIu64 " needs too many segments of %" PRIu64 " bytes",
                capacity, segment_size);
         return -EINVAL;
     }
     a = calloc(1, sizeof(*a));
     if (!a) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     a->seg_size = segment_size;
@@ -284,7 +270,7 @@ int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, 
     a->segs = calloc(a->nsegs, sizeof(*a->segs));
     a->avail = calloc((size_t)ARENA_ORDERS * a->words, sizeof(uint64_t));
     if (!a->segs || !a->avail) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         rc = -ENOMEM;
         goto fail;
     }

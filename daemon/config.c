@@ -13,7 +13,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -114,19 +114,6 @@ static const config_key config_keys[] = {
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* printf arguments for "%.*s%s": s cut to CONFIG_QUOTE_MAX bytes plus "...",
  * so a hostile 10,000-byte value does not flood the log. */
@@ -285,11 +272,11 @@ static int root_normalise(const config_key *k, const char *s, size_t n, char *ou
     size_t o = 0;
 
     if (n == 0) {
-        seterr(err, errlen, "[%s] %s: empty path in the list", k->section, k->name);
+        err_set(err, errlen, "[%s] %s: empty path in the list", k->section, k->name);
         return -EINVAL;
     }
     if (s[0] != '/') {
-        seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an absolute path", k->section, k->name,
+        err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not an absolute path", k->section, k->name,
                n > CONFIG_QUOTE_MAX ? CONFIG_QUOTE_MAX : (int)n, s,
                n > CONFIG_QUOTE_MAX ? "..." : "");
         return -EINVAL;
@@ -298,7 +285,7 @@ static int root_normalise(const config_key *k, const char *s, size_t n, char *ou
         if (s[i] == '/' && o > 0 && out[o - 1] == '/')
             continue;
         if (o == PATH_MAX - 1) {
-            seterr(err, errlen, "[%s] %s: a path is longer than %d bytes", k->section,
+            err_set(err, errlen, "[%s] %s: a path is longer than %d bytes", k->section,
                    k->name, PATH_MAX - 1);
             return -EINVAL;
         }
@@ -318,7 +305,7 @@ static int set_roots(gr_config *c, const config_key *k, const char *v, char *err
     int n = 0;
 
     if (!*v) {
-        seterr(err, errlen, "[%s] %s: at least one root directory is needed", k->section,
+        err_set(err, errlen, "[%s] %s: at least one root directory is needed", k->section,
                k->name);
         return -EINVAL;
     }
@@ -339,7 +326,7 @@ static int set_roots(gr_config *c, const config_key *k, const char *v, char *err
                 return rc;
             if (pass == 0) {
                 if (n == CONFIG_MAX_ROOTS) {
-                    seterr(err, errlen, "[%s] %s: more than %d roots", k->section, k->name,
+                    err_set(err, errlen, "[%s] %s: more than %d roots", k->section, k->name,
                            CONFIG_MAX_ROOTS);
                     return -EINVAL;
                 }
@@ -347,7 +334,7 @@ static int set_roots(gr_config *c, const config_key *k, const char *v, char *err
                     char prev[PATH_MAX];
                     if (root_normalise(k, q, strcspn(q, ":"), prev, NULL, 0) == 0 &&
                         strcmp(prev, norm) == 0) {
-                        seterr(err, errlen, "[%s] %s: \"%s\" is listed twice", k->section,
+                        err_set(err, errlen, "[%s] %s: \"%s\" is listed twice", k->section,
                                k->name, norm);
                         return -EINVAL;
                     }
@@ -372,16 +359,16 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
     switch (k->type) {
     case KT_PATH:
         if (!*v && !(k->flags & KF_EMPTY_OK)) {
-            seterr(err, errlen, "[%s] %s: must not be empty", k->section, k->name);
+            err_set(err, errlen, "[%s] %s: must not be empty", k->section, k->name);
             return -EINVAL;
         }
         if (strlen(v) >= k->size) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is longer than %zu bytes", k->section,
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is longer than %zu bytes", k->section,
                    k->name, QV(v), k->size - 1);
             return -EINVAL;
         }
         if (has_control(v)) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" contains a control character",
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" contains a control character",
                    k->section, k->name, QV(v));
             return -EINVAL;
         }
@@ -393,27 +380,27 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
         int rc = size_parse(v, &x);
 
         if (rc == -ERANGE) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is too large", k->section, k->name, QV(v));
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is too large", k->section, k->name, QV(v));
             return -EINVAL;
         }
         if (rc < 0) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a size (digits with an optional "
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not a size (digits with an optional "
                    "K, M, G or T suffix)", k->section, k->name, QV(v));
             return -EINVAL;
         }
         size_format(k->min, lo, sizeof(lo));
         size_format(k->max, hi, sizeof(hi));
         if ((k->flags & KF_POW2) && (x < k->min || x > k->max || (x & (x - 1)) != 0)) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a power of two between %s and %s",
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not a power of two between %s and %s",
                    k->section, k->name, QV(v), lo, hi);
             return -EINVAL;
         }
         if (x < k->min || x > k->max) {
             if (k->max == UINT64_MAX)
-                seterr(err, errlen, "[%s] %s: \"%.*s%s\" is below the minimum %s", k->section,
+                err_set(err, errlen, "[%s] %s: \"%.*s%s\" is below the minimum %s", k->section,
                        k->name, QV(v), lo);
             else
-                seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not between %s and %s", k->section,
+                err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not between %s and %s", k->section,
                        k->name, QV(v), lo, hi);
             return -EINVAL;
         }
@@ -429,7 +416,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
         x = strtoll(v, &end, 10);
         if (!(isdigit((unsigned char)v[0]) || (v[0] == '-' && isdigit((unsigned char)v[1]))) ||
             *end != '\0' || errno != 0 || x < (long long)k->min || x > (long long)k->max) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an integer between %llu and %llu",
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not an integer between %llu and %llu",
                    k->section, k->name, QV(v), (unsigned long long)k->min,
                    (unsigned long long)k->max);
             return -EINVAL;
@@ -445,7 +432,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
         for (; *p >= '0' && *p <= '7' && x <= k->max; p++)
             x = x * 8 + (unsigned)(*p - '0');
         if (p == v || *p != '\0' || x > k->max) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not an octal mode between 0 and %04llo",
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not an octal mode between 0 and %04llo",
                    k->section, k->name, QV(v), (unsigned long long)k->max);
             return -EINVAL;
         }
@@ -465,7 +452,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
         if (!(isdigit((unsigned char)v[0]) || v[0] == '.') ||
             v[strspn(v, "0123456789.eE+-")] != '\0' || *end != '\0' || errno != 0 ||
             !(x >= 0 && x <= CONFIG_SECONDS_MAX)) {
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not a number of seconds between 0 "
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not a number of seconds between 0 "
                    "and %.0f (e.g. 1 or 0.5)", k->section, k->name, QV(v), CONFIG_SECONDS_MAX);
             return -EINVAL;
         }
@@ -476,7 +463,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
     case KT_LOGLEVEL:
         if (config_log_level_parse(v, f) < 0) {
             choices_format(k->choices, lo, sizeof(lo));
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
                    QV(v), lo);
             return -EINVAL;
         }
@@ -487,7 +474,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
 
         if (!name) {
             choices_format(k->choices, lo, sizeof(lo));
-            seterr(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
+            err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not one of %s", k->section, k->name,
                    QV(v), lo);
             return -EINVAL;
         }
@@ -623,12 +610,12 @@ int config_set(gr_config *c, const char *section, const char *key, const char *v
     const config_key *k;
 
     if (!section_known(section)) {
-        seterr(err, errlen, "unknown section [%.*s%s]", QV(section));
+        err_set(err, errlen, "unknown section [%.*s%s]", QV(section));
         return -ENOENT;
     }
     k = key_find(section, key);
     if (!k) {
-        seterr(err, errlen, "unknown key \"%.*s%s\" in [%s]", QV(key), section);
+        err_set(err, errlen, "unknown key \"%.*s%s\" in [%s]", QV(key), section);
         return -ENOENT;
     }
     return key_set(c, k, value, err, errlen);
@@ -677,13 +664,13 @@ static char *parse_value(char *s, char *msg, size_t msglen)
         *o++ = *p;
     }
     if (*p != '"') {
-        seterr(msg, msglen, "unterminated quoted value");
+        err_set(msg, msglen, "unterminated quoted value");
         return NULL;
     }
     *o = '\0';
     p = trim(p + 1);
     if (*p && *p != '#' && *p != ';') {
-        seterr(msg, msglen, "unexpected text after the closing quote");
+        err_set(msg, msglen, "unexpected text after the closing quote");
         return NULL;
     }
     return s;
@@ -702,18 +689,18 @@ static int parse_line(gr_config *c, char *line, char **section, char *msg, size_
         char *close = strchr(s, ']'), *rest;
 
         if (!close) {
-            seterr(msg, msglen, "expected \"[section]\"");
+            err_set(msg, msglen, "expected \"[section]\"");
             return -EINVAL;
         }
         *close = '\0';
         rest = trim(close + 1);
         if (*rest && *rest != '#' && *rest != ';') {
-            seterr(msg, msglen, "expected \"[section]\"");
+            err_set(msg, msglen, "expected \"[section]\"");
             return -EINVAL;
         }
         s = trim(s + 1);
         if (!section_known(s)) {
-            seterr(msg, msglen, "unknown section [%.*s%s]", QV(s));
+            err_set(msg, msglen, "unknown section [%.*s%s]", QV(s));
             return -EINVAL;
         }
         *section = s;
@@ -721,11 +708,11 @@ static int parse_line(gr_config *c, char *line, char **section, char *msg, size_
     }
     eq = strchr(s, '=');
     if (!eq || eq == s) {
-        seterr(msg, msglen, "expected \"key = value\"");
+        err_set(msg, msglen, "expected \"key = value\"");
         return -EINVAL;
     }
     if (!*section) {
-        seterr(msg, msglen, "key outside any section");
+        err_set(msg, msglen, "key outside any section");
         return -EINVAL;
     }
     *eq = '\0';
@@ -754,7 +741,7 @@ int config_parse(gr_config *c, const char *text, size_t len, const char *name,
         name = "config";
     buf = malloc(len + 1);
     if (!buf) {
-        seterr(err, errlen, "%s: out of memory", name);
+        err_set(err, errlen, "%s: out of memory", name);
         return -ENOMEM;
     }
     if (len)
@@ -771,7 +758,7 @@ int config_parse(gr_config *c, const char *text, size_t len, const char *name,
         line++;
         *eol = '\0';
         if (strlen(p) != (size_t)(eol - p)) {
-            seterr(err, errlen, "%s:%u: NUL byte in line", name, line);
+            err_set(err, errlen, "%s:%u: NUL byte in line", name, line);
             rc = -EINVAL;
             break;
         }
@@ -779,7 +766,7 @@ int config_parse(gr_config *c, const char *text, size_t len, const char *name,
             eol[-1] = '\0';
         rc = parse_line(c, p, &section, msg, sizeof(msg));
         if (rc < 0) {
-            seterr(err, errlen, "%s:%u: %s", name, line, msg);
+            err_set(err, errlen, "%s:%u: %s", name, line, msg);
             break;
         }
         p = eol + 1;
@@ -799,12 +786,12 @@ int config_load(gr_config *c, const char *path, char *err, size_t errlen)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        err_set(err, errlen, "%s: %s", path, strerror(errno));
         return rc;
     }
     buf = malloc(cap);
     if (!buf) {
-        seterr(err, errlen, "%s: out of memory", path);
+        err_set(err, errlen, "%s: out of memory", path);
         rc = -ENOMEM;
         goto fail;
     }
@@ -815,13 +802,13 @@ int config_load(gr_config *c, const char *path, char *err, size_t errlen)
             char *nb;
 
             if (cap > CONFIG_FILE_MAX) {
-                seterr(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+                err_set(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
                 rc = -EFBIG;
                 goto fail;
             }
             nb = realloc(buf, cap * 2);
             if (!nb) {
-                seterr(err, errlen, "%s: out of memory", path);
+                err_set(err, errlen, "%s: out of memory", path);
                 rc = -ENOMEM;
                 goto fail;
             }
@@ -833,7 +820,7 @@ int config_load(gr_config *c, const char *path, char *err, size_t errlen)
             continue;
         if (n < 0) {
             rc = -errno;
-            seterr(err, errlen, "%s: read: %s", path, strerror(errno));
+            err_set(err, errlen, "%s: read: %s", path, strerror(errno));
             goto fail;
         }
         if (n == 0)
@@ -841,7 +828,7 @@ int config_load(gr_config *c, const char *path, char *err, size_t errlen)
         len += (size_t)n;
     }
     if (len > CONFIG_FILE_MAX) {
-        seterr(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+        err_set(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
         rc = -EFBIG;
         goto fail;
     }
@@ -858,18 +845,18 @@ int config_validate(const gr_config *c, char *err, size_t errlen)
     char a[32], b[32];
 
     if (c->nroots < 1 || c->nroots > CONFIG_MAX_ROOTS) {
-        seterr(err, errlen, "[source] roots: at least one root directory is needed");
+        err_set(err, errlen, "[source] roots: at least one root directory is needed");
         return -EINVAL;
     }
     if (c->dram_capacity < c->chunk_size) {
         size_format(c->dram_capacity, a, sizeof(a));
         size_format(c->chunk_size, b, sizeof(b));
-        seterr(err, errlen, "[dram] capacity (%s) is smaller than [source] chunk_size (%s)", a, b);
+        err_set(err, errlen, "[dram] capacity (%s) is smaller than [source] chunk_size (%s)", a, b);
         return -EINVAL;
     }
     if (c->nvme_path[0] && c->nvme_capacity < 16 * MIB) {
         size_format(c->nvme_capacity, a, sizeof(a));
-        seterr(err, errlen, "[nvme] capacity (%s) is below 16M; set path = \"\" to disable "
+        err_set(err, errlen, "[nvme] capacity (%s) is below 16M; set path = \"\" to disable "
                "the NVMe tier", a);
         return -EINVAL;
     }

@@ -33,3 +33,14 @@ void log_write(log_level l, const char *fmt, ...)
     if (write(STDERR_FILENO, line, (size_t)n) < 0)
         return;
 }
+
+void err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

@@ -19,6 +19,10 @@ void log_set_level(log_level l);
 /* Write one line "LEVEL message" to stderr; thread-safe (one write(2)). */
 void log_write(log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Format a one-line reason into a caller's err buffer of errlen bytes (the
+ * "char *err, size_t errlen" convention of set-up functions).  NULL-safe. */
+void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define log_at(l, ...) do { if ((l) <= log_current_level) log_write((l), __VA_ARGS__); } while (0)
 #define log_error(...) log_at(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...)  log_at(LOG_WARN, __VA_ARGS__)

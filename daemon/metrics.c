@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "log.h"
 #include "metrics.h"
 
 #define METRICS_PREFIX     "granary_"
@@ -46,19 +46,6 @@ struct metrics {
     char unix_path[SUN_PATH_MAX];       /* non-empty: a socket file we made */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- rendering ---------------------------------------------------------- */
 
@@ -263,7 +250,7 @@ static int split_hostport(const char *s, char *host, size_t hostlen, char *port,
     if (*s == '[') {
         const char *rb = strchr(s, ']');
         if (!rb || rb[1] != ':') {
-            seterr(err, errlen, "\"%s\": expected [IPV6ADDRESS]:PORT", s);
+            err_set(err, errlen, "\"%s\": expected [IPV6ADDRESS]:PORT", s);
             return -EINVAL;
         }
         h = s + 1;
@@ -272,34 +259,34 @@ static int split_hostport(const char *s, char *host, size_t hostlen, char *port,
     } else {
         colon = strrchr(s, ':');
         if (!colon) {
-            seterr(err, errlen, "\"%s\": expected HOST:PORT or unix:/PATH", s);
+            err_set(err, errlen, "\"%s\": expected HOST:PORT or unix:/PATH", s);
             return -EINVAL;
         }
         hl = (size_t)(colon - s);
         if (memchr(s, ':', hl)) {
-            seterr(err, errlen, "\"%s\": write an IPv6 address in brackets: [ADDRESS]:PORT", s);
+            err_set(err, errlen, "\"%s\": write an IPv6 address in brackets: [ADDRESS]:PORT", s);
             return -EINVAL;
         }
     }
     if (hl >= hostlen) {
-        seterr(err, errlen, "\"%s\": host name too long", s);
+        err_set(err, errlen, "\"%s\": host name too long", s);
         return -EINVAL;
     }
     memcpy(host, h, hl);
     host[hl] = '\0';
     if (!colon[1] || strlen(colon + 1) > 5 || strlen(colon + 1) >= portlen) {
-        seterr(err, errlen, "\"%s\": expected a port number 0..65535 after the ':'", s);
+        err_set(err, errlen, "\"%s\": expected a port number 0..65535 after the ':'", s);
         return -EINVAL;
     }
     for (const char *p = colon + 1; *p; p++) {
         if (*p < '0' || *p > '9') {
-            seterr(err, errlen, "\"%s\": expected a port number 0..65535 after the ':'", s);
+            err_set(err, errlen, "\"%s\": expected a port number 0..65535 after the ':'", s);
             return -EINVAL;
         }
         v = v * 10 + (unsigned long)(*p - '0');
     }
     if (v > 65535) {
-        seterr(err, errlen, "\"%s\": port %lu is above 65535", s, v);
+        err_set(err, errlen, "\"%s\": port %lu is above 65535", s, v);
         return -EINVAL;
     }
     snprintf(port, portlen, "%lu", v);
@@ -338,7 +325,7 @@ static int listen_inet(metrics *m, const char *spec, char *err, size_t errlen)
         return rc;
     gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
     if (gai != 0) {
-        seterr(err, errlen, "\"%s\": %s", spec,
+        err_set(err, errlen, "\"%s\": %s", spec,
                gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
         return -EINVAL;
     }
@@ -348,7 +335,7 @@ static int listen_inet(metrics *m, const char *spec, char *err, size_t errlen)
                     ai->ai_protocol);
         if (fd < 0) {
             rc = -errno;
-            seterr(err, errlen, "\"%s\": socket: %s", spec, strerror(errno));
+            err_set(err, errlen, "\"%s\": socket: %s", spec, strerror(errno));
             continue;
         }
         /* Restart at once despite TIME_WAIT connections of old scrapes. */
@@ -356,7 +343,7 @@ static int listen_inet(metrics *m, const char *spec, char *err, size_t errlen)
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, METRICS_BACKLOG) == 0)
             break;
         rc = -errno;
-        seterr(err, errlen, "\"%s\": bind: %s%s", spec, strerror(errno),
+        err_set(err, errlen, "\"%s\": bind: %s%s", spec, strerror(errno),
                errno == EADDRINUSE ? " (another granaryd or exporter on this port? set "
                                      "[metrics] listen to a free port, or empty for off)" : "");
         close(fd);
@@ -381,7 +368,7 @@ static int listen_unix(metrics *m, const char *path, char *err, size_t errlen)
     int fd, rc;
 
     if (path[0] != '/' || strlen(path) >= SUN_PATH_MAX) {
-        seterr(err, errlen, "\"unix:%s\": need an absolute path under %zu bytes", path,
+        err_set(err, errlen, "\"unix:%s\": need an absolute path under %zu bytes", path,
                SUN_PATH_MAX);
         return -EINVAL;
     }
@@ -389,14 +376,14 @@ static int listen_unix(metrics *m, const char *path, char *err, size_t errlen)
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         rc = -errno;
-        seterr(err, errlen, "\"unix:%s\": socket: %s", path, strerror(errno));
+        err_set(err, errlen, "\"unix:%s\": socket: %s", path, strerror(errno));
         return rc;
     }
     if (lstat(path, &st) == 0) {
         int probe;
 
         if (!S_ISSOCK(st.st_mode)) {
-            seterr(err, errlen, "\"unix:%s\": exists and is not a socket", path);
+            err_set(err, errlen, "\"unix:%s\": exists and is not a socket", path);
             close(fd);
             return -EEXIST;
         }
@@ -404,7 +391,7 @@ static int listen_unix(metrics *m, const char *path, char *err, size_t errlen)
         if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
             close(probe);
             close(fd);
-            seterr(err, errlen, "\"unix:%s\": another process is serving on it", path);
+            err_set(err, errlen, "\"unix:%s\": another process is serving on it", path);
             return -EADDRINUSE;
         }
         if (probe >= 0)
@@ -413,7 +400,7 @@ static int listen_unix(metrics *m, const char *path, char *err, size_t errlen)
     }
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, METRICS_BACKLOG) < 0) {
         rc = -errno;
-        seterr(err, errlen, "\"unix:%s\": bind: %s", path, strerror(errno));
+        err_set(err, errlen, "\"unix:%s\": bind: %s", path, strerror(errno));
         close(fd);
         return rc;
     }
@@ -430,12 +417,12 @@ int metrics_start(struct event_base *base, const char *spec, metrics_snapshot_fn
 
     *out = NULL;
     if (!spec || !*spec) {
-        seterr(err, errlen, "no listen address");
+        err_set(err, errlen, "no listen address");
         return -EINVAL;
     }
     m = calloc(1, sizeof(*m));
     if (!m) {
-        seterr(err, errlen, "out of memory");
+        err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     m->snap = snap;
@@ -451,7 +438,7 @@ int metrics_start(struct event_base *base, const char *spec, metrics_snapshot_fn
     m->http = evhttp_new(base);
     if (!m->http) {
         close(fd);
-        seterr(err, errlen, "evhttp_new failed");
+        err_set(err, errlen, "evhttp_new failed");
         rc = -ENOMEM;
         goto fail;
     }
@@ -462,7 +449,7 @@ int metrics_start(struct event_base *base, const char *spec, metrics_snapshot_fn
     /* From here the listener owns fd (closed by evhttp_free). */
     if (!evhttp_accept_socket_with_handle(m->http, fd)) {
         close(fd);
-        seterr(err, errlen, "%s: cannot serve HTTP on the socket", m->addr);
+        err_set(err, errlen, "%s: cannot serve HTTP on the socket", m->addr);
         rc = -ENOMEM;
         goto fail;
     }

@@ -5,15 +5,11 @@
 # a second daemon at start-up.  Loopback only.  Installs curl and the
 # Debian `prometheus` package if missing (skips those checks, saying why,
 # where it cannot).
-set -u
 cd "$(dirname "$0")/.."
-GRANARYD=${GRANARYD:-build/granaryd}
-CTL=build/granaryctl
-dir=$(mktemp -d /tmp/granary-metrics-XXXXXX)
-pid=
+NAME=metrics
+. tests/lib.sh
 pid2=
 ppid_=
-fails=0
 cleanup() {
     for p in $ppid_ $pid2 $pid; do
         kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
@@ -22,11 +18,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-check() {   # check DESCRIPTION COMMAND...
-    d=$1
-    shift
-    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
-}
 skip() { echo "skip $1"; }
 
 updated=
@@ -57,27 +48,10 @@ if ! need_pkg curl curl; then
 fi
 
 port=$(free_port)
-mkdir -p "$dir/src"
 head -c 5000000 /dev/urandom > "$dir/src/big.bin"
-cat > "$dir/g.conf" <<CONF
-[daemon]
-socket = $dir/sock
-[source]
-roots = $dir/src
-chunk_size = 1M
-[dram]
-capacity = 64M
-[nvme]
-path = $dir/nvme
-capacity = 64M
-[metrics]
-listen = 127.0.0.1:$port
-CONF
-$GRANARYD --config "$dir/g.conf" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
-check "daemon started" test -S "$dir/sock"
+write_conf "[metrics]
+listen = 127.0.0.1:$port"
+start_daemon
 url=http://127.0.0.1:$port/metrics
 i=0
 until curl -s -o /dev/null "$url" || [ $i -ge 100 ]; do sleep 0.05; i=$((i + 1)); done
