@@ -126,9 +126,9 @@ build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_proto.c proto/proto.c
 
-build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c daemon/config.h
+build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c daemon/config.h daemon/log.c daemon/log.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_config.c daemon/config.c
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_config.c daemon/config.c daemon/log.c
 
 fuzz:
 	@FUZZ_CC=$(FUZZ_CC) tests/fuzz/fuzz.sh deps
