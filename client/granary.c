@@ -13,6 +13,15 @@
  *
  * Request ids only grow, so a reply to a call that timed out is recognised
  * as stale and discarded by the next call (its leases released).
+ *
+ * Reconnection: when the connection fails (the daemon died or restarted),
+ * an idempotent call dials the same socket again for up to
+ * $GRANARY_RECONNECT_MS and sends its request anew.  Each connection has a
+ * generation number; a gr_file opened under an older one is re-opened by
+ * path before its next use and must keep its identity (else ESTALE), a
+ * gr_ref of an older one is released locally only, and the older
+ * connection's segment mappings stay mapped (a gr_ref may point into them)
+ * until no gr_ref of that generation is left, or gr_disconnect.
  */
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "granary.h"
@@ -42,6 +52,7 @@ _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PRO
                                          * at once, since held leases pin the
                                          * daemon's memory (one send per reply) */
 #define GR_DEFAULT_SOCKET "/run/granary/granary.sock"
+#define GR_RECONNECT_DEFAULT_MS 30000   /* $GRANARY_RECONNECT_MS unset */
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
 
 typedef struct gr_seg {
@@ -49,9 +60,23 @@ typedef struct gr_seg {
     size_t len;
 } gr_seg;
 
+/* The segment mappings of a connection that died while gr_refs pointed
+ * into them. */
+typedef struct gr_retired {
+    struct gr_retired *next;
+    gr_seg *segs;
+    uint32_t nsegs;
+    uint32_t gen;
+    uint32_t nrefs;                     /* gr_refs still pointing in; unmapped at 0 */
+} gr_retired;
+
 struct gr_client {
-    int fd;
+    int fd;                             /* -1 after a failed reconnect */
     pthread_mutex_t lock;
+    char path[108];                     /* the socket, for reconnecting */
+    uint32_t gen;                       /* connection generation, from 1 */
+    uint32_t nrefs;                     /* gr_refs holding a lease of this generation */
+    gr_retired *retired;                /* older generations' mappings still referenced */
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
     gr_seg *segs;                       /* arena segments by index */
@@ -64,12 +89,16 @@ struct gr_client {
 
 struct gr_file {
     gr_client *c;
-    proto_attr a;
+    proto_attr a;                       /* a.handle is valid in connection generation gen */
+    uint32_t gen;
+    int stale;                          /* the re-opened file had another identity: ESTALE */
+    char *path;                         /* for re-opening after a reconnect */
 };
 
 struct gr_ref {
     gr_client *c;
     uint32_t lease;                     /* 0 when the bytes were copied to heap */
+    uint32_t gen;                       /* the connection the lease belongs to */
     void *heap;
 };
 
@@ -158,6 +187,28 @@ static int timeout_ms(void)
     return v > 0 && v < 86400000 ? (int)v : 120000;
 }
 
+/* $GRANARY_RECONNECT_MS: how long a call keeps redialling a daemon that
+ * went away; 0 disables reconnecting. */
+static long reconnect_ms(void)
+{
+    const char *t = getenv("GRANARY_RECONNECT_MS");
+    char *e;
+    long v;
+
+    if (!t || !*t)
+        return GR_RECONNECT_DEFAULT_MS;
+    v = strtol(t, &e, 10);
+    return *e || v < 0 ? GR_RECONNECT_DEFAULT_MS : v > 86400000 ? 86400000 : v;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* Send the pending releases (a RELEASE has no reply).  A failure here is
  * not the caller's problem: the daemon releases everything at disconnect. */
 static void flush_releases(gr_client *c)
@@ -165,7 +216,7 @@ static void flush_releases(gr_client *c)
     uint8_t req[PROTO_HDR_LEN + 4 * PROTO_MAX_RELEASE];
     ssize_t n;
 
-    if (c->nrel == 0)
+    if (c->nrel == 0 || c->fd < 0)
         return;
     n = proto_enc_release(req, sizeof(req), take_id(c), c->rel, c->nrel);
     c->nrel = 0;
@@ -326,13 +377,15 @@ static int fail(gr_client *c, int rc)
     return -1;
 }
 
+static int call_re(gr_client *c, const void *req, size_t len, uint32_t id, proto_msg *m);
+
 /* call() for a request whose success reply must carry opcode op: 0 with *m
  * filled, or -1 with errno and the reason set (transport failure, the
  * daemon's error reply, or a reply of another kind). */
 static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8_t op,
                    proto_msg *m)
 {
-    int rc = call(c, req, len, id, m);
+    int rc = call_re(c, req, len, id, m);
 
     if (rc < 0)
         return fail(c, rc);
@@ -343,18 +396,159 @@ static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8
     return 0;
 }
 
-gr_client *gr_connect(const char *socket_path)
+/* Open a connection to c->path and say HELLO: c->fd and c->max_data set,
+ * 0; or -errno with c->fd closed (-1). */
+static int dial(gr_client *c)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    char path[sizeof(sa.sun_path)];
     int ms = timeout_ms();
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    gr_client *c;
     uint8_t req[PROTO_HDR_LEN + PROTO_HELLO_LEN];
     proto_hello hello = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG };
     proto_msg m;
     uint32_t id;
-    int rc, e;
+    int rc;
+
+    strcpy(sa.sun_path, c->path);
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    id = take_id(c);
+    proto_enc_hello(req, sizeof(req), 0, id, &hello);
+    rc = call(c, req, sizeof(req), id, &m);
+    if (rc < 0)
+        goto fail;
+    rc = m.h.status;
+    if (rc < 0)
+        goto fail;
+    rc = -EPROTONOSUPPORT;
+    if (m.h.op != PROTO_OP_HELLO || m.u.hello.version != PROTO_VERSION)
+        goto fail;
+    c->max_data = m.u.hello.max_data < PROTO_MAX_DATA ? m.u.hello.max_data : PROTO_MAX_DATA;
+    rc = -EPROTO;
+    if (c->max_data == 0)
+        goto fail;
+    return 0;
+fail:
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    return rc;
+}
+
+static void unmap_segs(gr_seg *segs, uint32_t nsegs)
+{
+    for (uint32_t i = 0; i < nsegs; i++)
+        if (segs[i].p)
+            munmap((void *)segs[i].p, segs[i].len);
+    free(segs);
+}
+
+/* Forget the current connection (its handles, leases and pending
+ * releases die with it).  Its mappings are unmapped, or kept on the
+ * retired list while gr_refs of its generation are out. */
+static void drop_conn(gr_client *c)
+{
+    gr_retired *r;
+
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->nrel = 0;
+    if (c->nrefs && (r = calloc(1, sizeof(*r)))) {
+        r->segs = c->segs;
+        r->nsegs = c->nsegs;
+        r->gen = c->gen;
+        r->nrefs = c->nrefs;
+        r->next = c->retired;
+        c->retired = r;
+    } else {
+        /* Out of memory with refs out: leak the mappings rather than
+         * pull them from under a gr_ref. */
+        if (!c->nrefs)
+            unmap_segs(c->segs, c->nsegs);
+    }
+    c->segs = NULL;
+    c->nsegs = 0;
+    c->nrefs = 0;
+    c->gen++;
+}
+
+/* Whether rc says the connection (not the request) failed. */
+static int conn_lost(int rc)
+{
+    return rc == -ECONNRESET || rc == -EPIPE || rc == -ENOTCONN || rc == -ECONNREFUSED ||
+           rc == -ENOENT || rc == -ECONNABORTED;
+}
+
+/*
+ * After a call failed with rc: if the connection is lost (or was lost
+ * before) and reconnecting is enabled, drop it and dial again until
+ * *deadline (set on the first failure of this call, 0 before), sleeping
+ * between tries.  Returns 1 when connected again (retry the request), 0
+ * when the caller should fail with rc.  Lock held.
+ */
+static int reconnect(gr_client *c, int rc, uint64_t *deadline)
+{
+    long window = reconnect_ms();
+    unsigned nap = 10;
+
+    if (!conn_lost(rc) || window == 0)
+        return 0;
+    if (*deadline == 0)
+        *deadline = now_ms() + (uint64_t)window;
+    if (c->fd >= 0)
+        drop_conn(c);
+    for (;;) {
+        struct timespec ts;
+        if (dial(c) == 0)
+            return 1;
+        if (now_ms() >= *deadline)
+            return 0;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)nap * 1000000;
+        nanosleep(&ts, NULL);
+        if (nap < 250)
+            nap *= 2;
+    }
+}
+
+/* Make sure c has a live connection before a request: 0, or -errno (the
+ * daemon is away and did not come back within the reconnect window). */
+static int ensure_conn(gr_client *c, uint64_t *deadline)
+{
+    if (c->fd >= 0)
+        return 0;
+    return reconnect(c, -ENOTCONN, deadline) ? 0 : -ENOTCONN;
+}
+
+/* call() with reconnection: the same request bytes are sent again on a
+ * new connection (ids only grow, so they cannot be confused).  Only for
+ * requests that carry no connection state (no file handle). */
+static int call_re(gr_client *c, const void *req, size_t len, uint32_t id, proto_msg *m)
+{
+    uint64_t deadline = 0;
+    int rc = ensure_conn(c, &deadline);
+
+    if (rc < 0)
+        return -ECONNRESET;
+    for (;;) {
+        rc = call(c, req, len, id, m);
+        if (rc == 0 || !reconnect(c, rc, &deadline))
+            return conn_lost(rc) ? -ECONNRESET : rc;
+    }
+}
+
+gr_client *gr_connect(const char *socket_path)
+{
+    struct sockaddr_un sa;
+    char path[sizeof(sa.sun_path)];
+    gr_client *c;
+    int rc;
 
     if (!socket_path || !*socket_path)
         socket_path = getenv("GRANARY_SOCKET");
@@ -370,54 +564,35 @@ gr_client *gr_connect(const char *socket_path)
         errno = ENAMETOOLONG;
         return NULL;
     }
-    strcpy(sa.sun_path, socket_path);
     c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
+    strcpy(c->path, socket_path);
     pthread_mutex_init(&c->lock, NULL);
     c->next_id = 1;
-    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-        goto fail;
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    id = take_id(c);
-    proto_enc_hello(req, sizeof(req), 0, id, &hello);
-    rc = call(c, req, sizeof(req), id, &m);
+    c->gen = 1;
+    rc = dial(c);
     if (rc < 0) {
+        gr_disconnect(c);
         errno = -rc;
-        goto fail;
-    }
-    if (m.h.status < 0) {
-        errno = -m.h.status;
-        goto fail;
-    }
-    if (m.h.op != PROTO_OP_HELLO || m.u.hello.version != PROTO_VERSION) {
-        errno = EPROTONOSUPPORT;
-        goto fail;
-    }
-    c->max_data = m.u.hello.max_data < PROTO_MAX_DATA ? m.u.hello.max_data : PROTO_MAX_DATA;
-    if (c->max_data == 0) {
-        errno = EPROTO;
-        goto fail;
+        return NULL;
     }
     return c;
-fail:
-    e = errno;
-    gr_disconnect(c);
-    errno = e;
-    return NULL;
 }
 
 void gr_disconnect(gr_client *c)
 {
     if (!c)
         return;
-    for (uint32_t i = 0; i < c->nsegs; i++)
-        if (c->segs[i].p)
-            munmap((void *)c->segs[i].p, c->segs[i].len);
-    free(c->segs);
-    close(c->fd);
+    unmap_segs(c->segs, c->nsegs);
+    while (c->retired) {
+        gr_retired *r = c->retired;
+        c->retired = r->next;
+        unmap_segs(r->segs, r->nsegs);
+        free(r);
+    }
+    if (c->fd >= 0)
+        close(c->fd);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -445,8 +620,16 @@ gr_file *gr_open(gr_client *c, const char *path)
         fail(c, -ENOMEM);
         goto out;
     }
+    f->path = strdup(path);
+    if (!f->path) {
+        free(f);
+        f = NULL;
+        fail(c, -ENOMEM);
+        goto out;
+    }
     f->c = c;
     f->a = m.u.attr;
+    f->gen = c->gen;
     c->errtext[0] = '\0';
 out:
     pthread_mutex_unlock(&c->lock);
@@ -482,12 +665,88 @@ int gr_close(gr_file *f)
         return 0;
     c = f->c;
     pthread_mutex_lock(&c->lock);
-    id = take_id(c);
-    proto_enc_close(req, sizeof(req), id, f->a.handle);
-    ret = call_ok(c, req, sizeof(req), id, PROTO_OP_CLOSE, &m);
+    /* A handle of a connection that is gone died with it: nothing to do. */
+    if (f->gen == c->gen && c->fd >= 0) {
+        id = take_id(c);
+        proto_enc_close(req, sizeof(req), id, f->a.handle);
+        ret = call(c, req, sizeof(req), id, &m);
+        if (conn_lost(ret))
+            ret = 0;
+        else if (ret < 0)
+            ret = fail(c, ret);
+        else if (m.h.status < 0)
+            ret = fail_reply(c, &m);
+        else if (m.h.op != PROTO_OP_CLOSE)
+            ret = fail(c, -EPROTO);
+    }
     pthread_mutex_unlock(&c->lock);
+    free(f->path);
     free(f);
     return ret;
+}
+
+/* Close a handle nobody will use, without waiting for the reply (a reply
+ * with an old id is skipped by the next call). */
+static void close_unused(gr_client *c, uint32_t handle)
+{
+    uint8_t req[PROTO_HDR_LEN + 4];
+    ssize_t n;
+
+    proto_enc_close(req, sizeof(req), take_id(c), handle);
+    do
+        n = send(c->fd, req, sizeof(req), MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+}
+
+/*
+ * Before a request on f: make sure c is connected and f's handle belongs
+ * to this connection, re-opening f by path if it was opened on an earlier
+ * one.  The re-opened file must have the identity of the first open (dev,
+ * ino, size, mtime), else f is stale for good.  0, or -errno (-ESTALE, the
+ * OPEN's error, -ECONNRESET when the daemon stayed away).  Lock held.
+ */
+static int file_ready(gr_file *f, uint64_t *deadline)
+{
+    gr_client *c = f->c;
+    uint8_t req[PROTO_HDR_LEN + PROTO_MAX_PATH];
+    proto_msg m;
+    uint32_t id;
+    ssize_t n;
+    int rc;
+
+    if (f->stale)
+        return -ESTALE;
+    if (ensure_conn(c, deadline) < 0)
+        return -ECONNRESET;
+    while (f->gen != c->gen) {
+        id = take_id(c);
+        n = proto_enc_open(req, sizeof(req), id, f->path, strlen(f->path));
+        if (n < 0)
+            return -EINVAL;
+        rc = call(c, req, (size_t)n, id, &m);
+        if (rc < 0) {
+            if (reconnect(c, rc, deadline))
+                continue;
+            return conn_lost(rc) ? -ECONNRESET : rc;
+        }
+        if (m.h.status < 0) {
+            /* vanished or unreadable now: as stale as it gets */
+            set_err(c, -m.h.status, m.u.error.len ? m.u.error.text : NULL, m.u.error.len);
+            f->stale = m.h.status == -ENOENT;
+            return f->stale ? -ESTALE : m.h.status;
+        }
+        if (m.h.op != PROTO_OP_OPEN)
+            return -EPROTO;
+        if (m.u.attr.dev != f->a.dev || m.u.attr.ino != f->a.ino || m.u.attr.size != f->a.size ||
+            m.u.attr.mtime_sec != f->a.mtime_sec || m.u.attr.mtime_nsec != f->a.mtime_nsec) {
+            close_unused(c, m.u.attr.handle);
+            f->stale = 1;
+            return -ESTALE;
+        }
+        f->a = m.u.attr;
+        f->gen = c->gen;
+    }
+    return 0;
 }
 
 /* Send a READX for len bytes at off. */
@@ -563,19 +822,27 @@ typedef struct piece {
 ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
 {
     gr_client *c = f->c;
-    uint64_t next, end, unit;
+    uint64_t next, end, unit, deadline = 0;
     piece pend[GR_WINDOW];
-    int npend = 0, rc = 0, err = 0;
+    int npend, rc = 0, err;
     proto_msg m;
 
     if (clip_range(f, off, &len) <= 0)
         return off < 0 ? -1 : 0;
-    unit = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
-    unit *= (GR_PIECE_MIN + unit - 1) / unit;       /* whole chunks, >= 1 MiB */
-    next = (uint64_t)off;
     end = (uint64_t)off + len;
 
     pthread_mutex_lock(&c->lock);
+retry:
+    /* After a reconnect the whole range is read again: the file's identity
+     * is checked on re-open, so the bytes already copied are the same. */
+    rc = file_ready(f, &deadline);
+    if (rc < 0)
+        goto out;
+    unit = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
+    unit *= (GR_PIECE_MIN + unit - 1) / unit;       /* whole chunks, >= 1 MiB */
+    next = (uint64_t)off;
+    npend = 0;
+    err = 0;
     for (;;) {
         int i;
         int64_t got;
@@ -646,8 +913,10 @@ ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
     c->errtext[0] = '\0';
     return (ssize_t)len;
 out:
+    if (reconnect(c, rc, &deadline))
+        goto retry;
     flush_releases(c);
-    fail(c, rc);
+    fail(c, conn_lost(rc) ? -ECONNRESET : rc);
     pthread_mutex_unlock(&c->lock);
     return -1;
 }
@@ -659,6 +928,7 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
     gr_ref *r;
     proto_msg m;
     uint32_t id;
+    uint64_t deadline = 0;
     int rc;
 
     *data = NULL;
@@ -674,8 +944,11 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
     }
     r->c = c;
     pthread_mutex_lock(&c->lock);
+retry:
+    rc = file_ready(f, &deadline);
     id = take_id(c);
-    rc = send_readx(c, f, id, (uint64_t)off, (uint32_t)len);
+    if (rc == 0)
+        rc = send_readx(c, f, id, (uint64_t)off, (uint32_t)len);
     if (rc == 0) {
         for (;;) {
             rc = recv_msg(c, &m);
@@ -685,6 +958,10 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
                 drop_readx(c, &m);
         }
     }
+    if (rc < 0 && reconnect(c, rc, &deadline))
+        goto retry;
+    if (conn_lost(rc))
+        rc = -ECONNRESET;
     if (rc == 0 && m.h.status < 0) {
         fail_reply(c, &m);
         goto fail;
@@ -703,6 +980,8 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
         proto_extent e;
         proto_extent_at(&m, 0, &e);
         r->lease = e.lease;
+        r->gen = c->gen;
+        c->nrefs++;
         *data = c->segs[e.seg].p + e.off;
         len = e.len;
     } else {
@@ -729,13 +1008,33 @@ fail:
 
 void gr_ref_release(gr_ref *r)
 {
+    gr_client *c;
+
     if (!r)
         return;
+    c = r->c;
     if (r->lease) {
-        pthread_mutex_lock(&r->c->lock);
-        queue_release(r->c, r->lease);
-        flush_releases(r->c);
-        pthread_mutex_unlock(&r->c->lock);
+        pthread_mutex_lock(&c->lock);
+        if (r->gen == c->gen) {
+            queue_release(c, r->lease);
+            flush_releases(c);
+            c->nrefs--;
+        } else {
+            /* The lease died with its connection; unmap that connection's
+             * segments once no gr_ref points into them. */
+            for (gr_retired **pp = &c->retired; *pp; pp = &(*pp)->next) {
+                gr_retired *old = *pp;
+                if (old->gen != r->gen)
+                    continue;
+                if (--old->nrefs == 0) {
+                    *pp = old->next;
+                    unmap_segs(old->segs, old->nsegs);
+                    free(old);
+                }
+                break;
+            }
+        }
+        pthread_mutex_unlock(&c->lock);
     }
     free(r->heap);
     free(r);

@@ -17,8 +17,25 @@
  *   EACCES        the path lies outside the daemon's [source] roots
  *   ESTALE        the file changed on the source since it was opened
  *   ETIMEDOUT     no answer within the timeout ($GRANARY_TIMEOUT_MS, default 120000)
- *   ECONNRESET    the daemon went away; the gr_client is unusable, reconnect
+ *   ECONNRESET    the daemon went away and did not come back within the
+ *                 reconnect window (below); a later call tries again
  *   EPROTO        the daemon answered something this library does not understand
+ *
+ * Daemon restarts: when the connection breaks (granaryd crashed, was
+ * restarted or upgraded), gr_open, gr_pread, gr_read_ref, gr_stats,
+ * gr_admin and gr_close reconnect to the same socket and send their request
+ * again, for up to $GRANARY_RECONNECT_MS milliseconds (default 30000; 0
+ * disables: the call fails with ECONNRESET at once), retrying every 10 to
+ * 250 ms.  Files opened before are re-opened by path on the new connection
+ * before their next read; if the file's identity (dev, ino, size, mtime)
+ * changed meanwhile the gr_file fails with ESTALE from then on (open it
+ * again).  A read interrupted by the break is read again in full, so the
+ * caller sees the file's bytes or an error, never a mix.  gr_ref bytes of
+ * the old connection stay mapped and valid until gr_ref_release, which then
+ * only frees them locally (the old daemon's leases died with it).  No call
+ * waits longer than the reconnect window plus the per-request timeout
+ * ($GRANARY_TIMEOUT_MS; a daemon that accepts but never answers gives
+ * ETIMEDOUT, which is not retried).
  *
  * Threads: a gr_client may be shared by threads (calls are serialised by a
  * lock); for parallel reads give each thread its own gr_client.  A
@@ -91,8 +108,9 @@ int gr_close(gr_file *f);
 typedef struct gr_ref gr_ref;
 ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref **ref);
 
-/* Give the bytes of gr_read_ref back.  NULL-safe.  The gr_client must still
- * be connected. */
+/* Give the bytes of gr_read_ref back.  NULL-safe.  The gr_client must not
+ * have been freed (gr_disconnect); a reference from before a reconnect is
+ * released locally. */
 void gr_ref_release(gr_ref *ref);
 
 /*
