@@ -8,6 +8,8 @@
 #   make SAN=1 ...  the same under AddressSanitizer + UBSan, in build/san/
 #   make fuzz       libFuzzer on the codec and config parser, FUZZ_SECONDS=60 each
 #   make fuzz-regress  the fuzz targets once over their corpus and past findings
+#   make torture    SIGKILL torture with byte checks, restart times (TORTURE_SECONDS)
+#   make soak       hundreds of clients, killed and slow ones (SOAK_SECONDS)
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make clean
 
@@ -50,11 +52,14 @@ LIBA       := $(B)/libgranary.a
 LIBD       := $(B)/libgranaryd.a
 TESTS      := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+# Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
+TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/libfaultinject.so
 
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all
 
-all: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA) $(TESTS) $(BENCHES) $(B)/libgranary_preload.so
+all: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA) $(TESTS) $(BENCHES) $(B)/libgranary_preload.so \
+     $(TOOLS)
 
 # Installs whatever Debian packages are missing (apt-get update once first).
 deps:
@@ -91,6 +96,11 @@ $(B)/tests/%: $(call obj,tests/%.c) $(call obj,tests/testutil.c) $(LIBD) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ $(CHECKLIBS) $(PKGLIBS) -lm
 
+# The fault-injecting LD_PRELOAD library the fault tests load into granaryd.
+$(B)/tests/libfaultinject.so: $(call obj,tests/faultinject.c)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread $(LDSAN) -o $@ $^ -ldl
+
 $(B)/bench/%: $(call obj,bench/%.c) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ -lm
@@ -120,7 +130,18 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \
                 $(WARN) -D_GNU_SOURCE -Iproto -Idaemon
 FUZZERS      := build/fuzz/fuzz_proto build/fuzz/fuzz_config
 
-.PHONY: fuzz fuzz-regress
+.PHONY: fuzz fuzz-regress torture soak
+
+# Reliability (docs/ARCHITECTURE.md, "Failure handling"): the crash torture
+# for TORTURE_SECONDS (default 180) and the restart-time measurement
+# (RESTART_GIB, RESTART_CHUNKS); the soak test for SOAK_SECONDS (default 300).
+# Short forms of both run in make test (tests/test_torture.sh, test_soak.sh).
+torture: all
+	@TORTURE_SECONDS=$${TORTURE_SECONDS:-180} scripts/torture.sh
+	@scripts/restart_time.sh
+
+soak: all
+	@SOAK_SECONDS=$${SOAK_SECONDS:-300} scripts/soak.sh
 
 build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h
 	@mkdir -p $(dir $@)

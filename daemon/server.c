@@ -881,9 +881,19 @@ static void admin_health_reply(adminreq *a)
             store_get_stats(s->d.nvme, &ns);
             n += snprintf(out + n, sizeof(out) - (size_t)n, ", nvme %llu%% used",
                           (unsigned long long)(ns.capacity_bytes ? ns.used_bytes * 100 / ns.capacity_bytes : 0));
-            if (ns.io_errors)
-                n = snprintf(out, sizeof(out), "unhealthy: nvme tier: %llu I/O errors\n",
-                             (unsigned long long)ns.io_errors);
+            /* A failing or full device is survivable (reads go to DRAM and
+             * the source) but an operator must hear of it. */
+            if (ns.state != STORE_STATE_OK)
+                n = snprintf(out, sizeof(out),
+                             "unhealthy: nvme tier %s (%llu I/O errors, %llu out-of-space errors); "
+                             "serving from dram and the source\n",
+                             store_state_name(ns.state), (unsigned long long)ns.io_errors,
+                             (unsigned long long)ns.space_errors);
+            else if (ns.io_errors || ns.checksum_errors)
+                n += snprintf(out + n, sizeof(out) - (size_t)n,
+                              " (%llu I/O errors, %llu checksum errors so far)\n",
+                              (unsigned long long)ns.io_errors,
+                              (unsigned long long)ns.checksum_errors);
             else
                 n += snprintf(out + n, sizeof(out) - (size_t)n, "\n");
         } else {
@@ -1376,5 +1386,9 @@ void server_snapshot(server *s, gr_stats *out)
         out->evictions_nvme = ns.evictions;
         out->nvme_not_admitted = ns.not_admitted;
         out->nvme_pinned_bytes = ns.pinned_bytes;
+        out->nvme_state = (uint64_t)ns.state;
+        out->nvme_io_errors = ns.io_errors;
+        out->nvme_space_errors = ns.space_errors;
+        out->nvme_offline_skips = ns.offline_skips;
     }
 }

@@ -52,7 +52,11 @@
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \
     X(gauge,   nvme_capacity_bytes,  "capacity of the NVMe tier on disk") \
     X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \
-    X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep")
+    X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep") \
+    X(gauge,   nvme_state,           "NVMe tier device state: 0 ok, 1 full, 2 offline (store.h)") \
+    X(gauge,   nvme_io_errors,       "NVMe reads or writes that failed with an I/O error") \
+    X(gauge,   nvme_space_errors,    "NVMe writes the filesystem refused for want of space") \
+    X(gauge,   nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full")
 
 /*
  * Request latency histograms, one per class of request: the time from

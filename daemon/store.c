@@ -360,6 +360,83 @@ static int st_slot_alloc_locked(st_class *c, uint32_t *slot)
     return 0;
 }
 
+/* ---- device health ---- */
+
+const char *store_state_name(int state)
+{
+    return state == STORE_STATE_OK ? "ok" : state == STORE_STATE_FULL ? "full" : "offline";
+}
+
+/* Whether rc is the device's failure (not a bad entry, not our accounting). */
+static int st_device_error(int rc)
+{
+    return rc == -EIO || rc == -ENOSPC || rc == -EDQUOT || rc == -EROFS || rc == -ENODEV ||
+           rc == -ENXIO;
+}
+
+/*
+ * Whether a get (put = 0) or put (put = 1) may touch the device now.  An
+ * offline tier lets nothing through, a full one no puts, until retry_ns;
+ * then exactly one caller probes (retry_ns moves on by the back-off, so
+ * the others keep skipping meanwhile).
+ */
+static int st_usable_locked(store *s, int put)
+{
+    uint64_t now;
+
+    if (s->state == STORE_STATE_OK || (s->state == STORE_STATE_FULL && !put))
+        return 1;
+    now = st_now_ns();
+    if (now < s->retry_ns) {
+        s->st.offline_skips++;
+        return 0;
+    }
+    s->retry_ns = now + s->backoff_ns;
+    return 1;
+}
+
+/* Account the outcome of one device operation (rc 0 or -errno). */
+static void st_note_locked(store *s, int rc)
+{
+    if (rc == 0) {
+        s->err_streak = 0;
+        if (s->state != STORE_STATE_OK) {
+            log_warn("store: %s is back (was %s)", s->path, store_state_name(s->state));
+            s->state = STORE_STATE_OK;
+            s->backoff_ns = ST_BACKOFF_MIN_NS;
+        }
+        return;
+    }
+    if (!st_device_error(rc))
+        return;
+    if (rc == -ENOSPC || rc == -EDQUOT)
+        s->st.space_errors++;
+    if (++s->err_streak < ST_FAIL_STREAK && s->state == STORE_STATE_OK)
+        return;
+    if (s->state == STORE_STATE_OK) {
+        s->backoff_ns = ST_BACKOFF_MIN_NS;
+        log_error("store: %s: %s; the NVMe tier is %s, serving from DRAM and the source",
+                  s->path, strerror(-rc), rc == -ENOSPC || rc == -EDQUOT ? "full" : "offline");
+    } else if (s->backoff_ns < ST_BACKOFF_MAX_NS) {
+        s->backoff_ns *= 2;             /* a failed probe */
+    }
+    /* Full only if the device still reads; an I/O error trumps it. */
+    if (rc == -ENOSPC || rc == -EDQUOT) {
+        if (s->state != STORE_STATE_OFFLINE)
+            s->state = STORE_STATE_FULL;
+    } else {
+        s->state = STORE_STATE_OFFLINE;
+    }
+    s->retry_ns = st_now_ns() + s->backoff_ns;
+}
+
+static void st_note(store *s, int rc)
+{
+    pthread_mutex_lock(&s->lock);
+    st_note_locked(s, rc);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* ---- data file I/O ---- */
 
 int store__punch(st_class *c, uint64_t off, uint64_t len)
@@ -689,6 +766,8 @@ int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap,
         if (attempt == 0)
             s->st.gets++;
         e = store__find_locked(s, key);
+        if (e && !st_usable_locked(s, 0))
+            e = NULL;                   /* offline: a miss, the caller reads the source */
         if (!e || attempt == 3) {
             s->st.misses++;
             pthread_mutex_unlock(&s->lock);
@@ -705,6 +784,7 @@ int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap,
         pthread_mutex_unlock(&s->lock);
 
         rc = st_read_entry(s, e, buf);
+        st_note(s, rc);
         if (rc == 0) {
             *len = e->len;
             st_unref(s, e, &s->st.hits);
@@ -740,9 +820,10 @@ static int st_db_put(store *s, const uint8_t key[STORE_KEY_LEN], const st_rec *r
         rocksdb_put(s->db, s->wopts, (const char *)k, sizeof(k), (const char *)hdr, sizeof(hdr), &err);
     }
     if (err) {
+        int rc = strstr(err, "No space left") ? -ENOSPC : -EIO;
         log_error("store: rocksdb put in %s: %s", s->path, err);
         rocksdb_free(err);
-        return -EIO;
+        return rc;
     }
     return 0;
 }
@@ -796,6 +877,11 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     e->refs = 1;
 
     pthread_mutex_lock(&s->lock);
+    if (!st_usable_locked(s, 1)) {
+        pthread_mutex_unlock(&s->lock);
+        rc = -ENODEV;
+        goto out;
+    }
     if (!store__find_locked(s, key)) {
         /* The miss that brought the key.  A replaced key is not asked
          * again: it was admitted once and is being refreshed. */
@@ -822,8 +908,10 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
 
     e->csum = XXH3_64bits(data, len);
 
-    if (c && (rc = st_write_slot(s, c, e->slot, data, alen)) < 0)
+    if (c && (rc = st_write_slot(s, c, e->slot, data, alen)) < 0) {
+        st_note(s, rc);
         goto fail_unreserve;
+    }
 
     r.kind = inl ? ST_KIND_INLINE : ST_KIND_SLOT;
     r.cls_bytes = c ? c->size : 0;
@@ -834,9 +922,11 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     pthread_mutex_lock(stripe);
     if ((rc = st_db_put(s, key, &r, data)) < 0) {
         pthread_mutex_unlock(stripe);
+        st_note(s, rc);
         goto fail_unreserve;
     }
     pthread_mutex_lock(&s->lock);
+    st_note_locked(s, 0);
     if ((old = store__find_locked(s, key))) {
         /* Its 'C' record was just overwritten (settled garbage) and needs
          * no tombstone; its 'A' record, if any, now belongs to the new
@@ -1066,6 +1156,7 @@ void store_get_stats(store *s, store_stats *out)
     out->used_bytes = st_used_locked(s);
     out->chunks = s->count;
     out->pinned_bytes = s->pinned_bytes;
+    out->state = s->state;
     pthread_mutex_unlock(&s->lock);
 }
 

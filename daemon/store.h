@@ -49,7 +49,28 @@ typedef struct store_stats {
     uint64_t pinned_bytes;      /* bytes of pinned chunks (never evicted) */
     uint64_t checksum_errors;   /* reads whose bytes did not match their checksum (dropped) */
     uint64_t io_errors;         /* reads or writes that failed with an I/O error */
+    uint64_t space_errors;      /* writes the filesystem refused for want of space (ENOSPC) */
+    uint64_t offline_skips;     /* gets and puts not tried because the device was offline or full */
+    int state;                  /* STORE_STATE_* now */
 } store_stats;
+
+/*
+ * Device health.  A tier whose device fails (ST_FAIL_STREAK I/O errors in
+ * a row) goes OFFLINE: store_get answers -ENOENT (a miss: the caller reads
+ * the source) and store_put -ENODEV, without touching the device.  One
+ * that fills up (the filesystem says ENOSPC although the tier is within
+ * its capacity: the disk is shared, or smaller than configured) goes FULL:
+ * gets work, puts answer -ENODEV.  Either way, after a back-off (0.5 s,
+ * doubling to 30 s) one operation probes the device again, and the first
+ * success brings the tier back to OK.  Nothing blocks: a failing device
+ * costs one error per back-off period.
+ */
+#define STORE_STATE_OK      0
+#define STORE_STATE_FULL    1
+#define STORE_STATE_OFFLINE 2
+
+/* "ok", "full", "offline". */
+const char *store_state_name(int state);
 
 /*
  * Open (or create) the tier at cfg->path and rebuild the in-memory index
@@ -79,6 +100,7 @@ void store_close(store **s);
  *            (counted), the caller should refetch from the source
  *   -EIO     the device failed; the entry was dropped
  *   -ENOBUFS cap too small
+ * While the tier is offline (STORE_STATE_OFFLINE) every key is -ENOENT.
  * A hit counts as an access for the eviction policy (for lru: the chunk
  * becomes the most recently used).  A miss does not: the policy sees it
  * when the caller puts the key.
@@ -96,7 +118,8 @@ int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap,
  * less than what it would displace; nothing was written, not an error,
  * counted in not_admitted), -E2BIG (len > max_chunk or larger than the
  * capacity allows), -ENOSPC / -EIO from the device (nothing is
- * half-stored: the index never points at unwritten bytes).
+ * half-stored: the index never points at unwritten bytes), -ENODEV (the
+ * tier is offline or full, see STORE_STATE_*: nothing was tried).
  */
 int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size_t len);
 

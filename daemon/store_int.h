@@ -101,7 +101,19 @@ struct store {
     int compacting;
     int inflight;                       /* puts holding a reservation, not linked yet */
     store_stats st;
+    /* Device health (store.c, st_usable_locked / st_note_locked): after
+     * ST_FAIL_STREAK device errors in a row the tier goes offline (gets
+     * miss, puts refused) or, on ENOSPC, full (puts refused) until
+     * retry_ns, then lets one operation probe the device; a success brings
+     * it back, a failure doubles the back-off (up to ST_BACKOFF_MAX_NS). */
+    int state;                          /* STORE_STATE_* */
+    unsigned err_streak;                /* device errors since the last success */
+    uint64_t retry_ns, backoff_ns;
 };
+
+#define ST_FAIL_STREAK      3
+#define ST_BACKOFF_MIN_NS   (500ull * 1000 * 1000)
+#define ST_BACKOFF_MAX_NS   (30ull * 1000 * 1000 * 1000)
 
 /* ---- small helpers ---- */
 
