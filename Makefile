@@ -4,7 +4,8 @@
 #   make test       install missing Debian packages, build, run every test
 #   make run        install missing packages, build, run the daemon on the shipped
 #                   config with local directories under build/run/
-#   make bench      the read-throughput benchmark (bench/README.md)
+#   make bench      every benchmark, into bench/results/<date>/summary.md
+#                   (bench/run.sh); BENCH_MODE=quick (default) or full
 #   make SAN=1 ...  the same under AddressSanitizer + UBSan, in build/san/
 #   make fuzz       libFuzzer on the codec and config parser, FUZZ_SECONDS=60 each
 #   make fuzz-regress  the fuzz targets once over their corpus and past findings
@@ -41,7 +42,10 @@ DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 CLIENT_SRC := client/granary.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
-BENCH_SRC  := $(wildcard bench/*.c)
+# bench/kv.c is a helper (memcached and Redis clients) linked into every
+# bench program, not a program of its own.
+BENCH_LIB  := bench/kv.c
+BENCH_SRC  := $(filter-out $(BENCH_LIB),$(wildcard bench/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
@@ -101,7 +105,7 @@ $(B)/tests/libfaultinject.so: $(call obj,tests/faultinject.c)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -pthread $(LDSAN) -o $@ $^ -ldl
 
-$(B)/bench/%: $(call obj,bench/%.c) $(LIBA)
+$(B)/bench/%: $(call obj,bench/%.c) $(call obj,$(BENCH_LIB)) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ -lm
 
@@ -114,9 +118,11 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run_local.sh
 
+# BENCH_MODE=quick (default, small datasets) or full; bench/run.sh.
+BENCH_MODE ?= quick
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@bench/run.sh
+	@BENCH_MODE=$(BENCH_MODE) bench/run.sh
 
 # libFuzzer targets (tests/fuzz/): the wire codec and the config parser, built
 # with clang whatever CC says, into build/fuzz/.  `make fuzz` installs clang if

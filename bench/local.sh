@@ -1,19 +1,21 @@
 #!/bin/sh
-# `make bench`: read throughput of one large file, side by side in one run:
+# bench/local.sh (part of `make bench`, bench/run.sh): read throughput of one
+# large file on the local disk, side by side in one run:
 #   plain cat (page cache dropped = cold, then warm), granaryctl cat and
 #   libgranary (bench/readbench.c) cold (empty cache, source cold), warm from
 #   DRAM, and warm from NVMe after a daemon restart (DRAM empty).
-# Writes bench/results/<date>/{results.jsonl,summary.md} and prints the summary.
+# Writes bench/results/<date>/{local.jsonl,local.md} ($OUT overrides the
+# directory) and prints local.md.
 # BENCH_SIZE_MB (default 1024) sets the file size.  Needs root to drop the
 # page cache; without it "cold" means "whatever the page cache holds" (noted).
 set -eu
 cd "$(dirname "$0")/.."
 size_mb=${BENCH_SIZE_MB:-1024}
 work=build/bench-work
-out=bench/results/$(date +%Y-%m-%d)
+out=${OUT:-bench/results/$(date +%Y-%m-%d)}
 mkdir -p "$work/src" "$out"
 rm -rf "$work/nvme" "$work/sock"
-res="$out/results.jsonl"
+res="$out/local.jsonl"
 : > "$res"
 file="$(pwd)/$work/src/big.bin"
 if [ ! -f "$file" ] || [ "$(stat -c %s "$file")" -ne $((size_mb * 1048576)) ]; then
@@ -106,17 +108,6 @@ stop_daemon
         printf '| %s | %.3f | %.2f | %.2fx |\n' "$c" "$s" \
             "$(echo "$size_mb * 1048576 / $s / 1000000000" | bc -l)" "$(echo "$base / $s" | bc -l)"
     done < "$res"
-} > "$out/summary.md"
+} > "$out/local.md"
 echo
-cat "$out/summary.md"
-
-# The DRAM-tier comparison of issue 3 (bench/hot.sh; BENCH_HOT=0 skips it),
-# appended to the same summary.
-if [ "${BENCH_HOT:-1}" != 0 ]; then
-    HOT_OUT=$out bench/hot.sh
-    { echo; cat "$out/hot.md"; } >> "$out/summary.md"
-fi
-
-# The eviction-policy simulator's table for the shipped patterns (bench/sim.sh).
-bench/sim.sh > /dev/null
-{ echo; cat "$out/sim.md"; } >> "$out/summary.md"
+cat "$out/local.md"

@@ -2,11 +2,11 @@
 # The policy simulator's table for the shipped patterns (bench/SIMULATE.md):
 # shuffled and same-order epochs at dataset = 0.5x, 1.1x and 2x the cache, a
 # Zipf hot set, and a scan mixed with a hot set.  Writes
-# bench/results/<date>/sim.md and prints it.
+# bench/results/<date>/sim.md ($OUT overrides the directory) and prints it.
 set -eu
 cd "$(dirname "$0")/.."
 B=build/bench
-out=bench/results/$(date +%Y-%m-%d)
+out=${OUT:-bench/results/$(date +%Y-%m-%d)}
 tmp=build/bench-work/traces
 mkdir -p "$out" "$tmp"
 $B/tracegen epochs --items 50000 --epochs 4 --seed 1 > "$tmp/same.txt"

@@ -1,0 +1,58 @@
+#!/bin/sh
+# bench/run.sh - `make bench`: every benchmark in one go, into one report.
+#   1. bench/dfs.sh    Granary on a real DFS (MooseFS, bandwidth-capped) beside
+#                      the direct mount, staging to local disk, the page cache,
+#                      memcached and Redis: large files, 100 KB samples, random
+#                      ranges, reader processes, shuffled epochs at three cache
+#                      sizes, a training loop's stall fraction
+#   2. the eviction-policy curve for shuffled epochs (bench/simulate), for
+#      the hit-ratio plot
+#   3. bench/local.sh  one large local file: cat, granaryctl cat, libgranary
+#   4. bench/hot.sh    DRAM-tier reads beside the page cache, memcached, Redis
+#   5. bench/sim.sh    the policy simulator's table
+# BENCH_MODE=quick (default: small datasets, about 6 minutes on 2 cores) or
+# full (larger datasets, more rounds).  Writes bench/results/<date>/:
+# summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
+# and the raw files of each part.  Needs root for the DFS part (namespaces,
+# FUSE, drop_caches); without it that part says why and is skipped.
+set -eu
+cd "$(dirname "$0")/.."
+mode=${BENCH_MODE:-quick}
+OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
+export BENCH_MODE=$mode OUT
+case $mode in
+quick) local_mb=256 hot_mb=128 hot_rounds=2 ;;
+full) local_mb=1024 hot_mb=256 hot_rounds=3 ;;
+*) echo "bench: BENCH_MODE is quick or full" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT"
+rm -f "$OUT/results.jsonl"
+t0=$(date +%s)
+
+bench/dfs.sh
+
+# The policy curve: hit ratio after the first epoch of shuffled epochs, for
+# caches from a tenth of the dataset to twice it.
+tmp=build/bench-work/traces
+mkdir -p "$tmp"
+build/bench/tracegen epochs --items 2000 --epochs 3 --shuffle --seed 1 > "$tmp/curve.txt"
+build/bench/simulate --sizes 10,5,3.333,2.5,2,1.667,1.429,1.25,1.111,1,0.909,0.667,0.5 --json \
+    "$tmp/curve.txt" > "$OUT/sim-curve.json"
+python3 bench/report.py "$OUT"
+
+BENCH_SIZE_MB=$local_mb bench/local.sh
+HOT_OUT=$OUT HOT_SIZE_MB=$hot_mb HOT_ROUNDS=$hot_rounds bench/hot.sh > /dev/null
+bench/sim.sh > /dev/null
+
+{
+    cat "$OUT/dfs.md"
+    for part in local hot sim; do
+        echo
+        cat "$OUT/$part.md"
+    done
+    echo
+    echo "The whole run (BENCH_MODE=$mode) took $(( $(date +%s) - t0 )) s."
+} > "$OUT/summary.md"
+echo
+cat "$OUT/dfs.md"
+echo "bench: report in $OUT/summary.md"
