@@ -57,7 +57,8 @@ LIBD       := $(B)/libgranaryd.a
 TESTS      := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
-TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/libfaultinject.so
+TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
+              $(B)/tests/libfaultinject.so
 
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all

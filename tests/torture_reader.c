@@ -11,7 +11,8 @@
  * unreleased and some connections mid-read (a badly behaved client).
  * A failed call is a "clear error" (counted by errno); a call that returns
  * bytes that differ from the source is a wrong byte.  At the end one line:
- *   reads=N bytes=N errors=N wrong=N errnos=E:N,...
+ *   reads=N bytes=N errors=N wrong=N max_ms=N errnos=E:N,...
+ * (max_ms: the slowest single call, its verification included)
  * Exit status 0, or 1 if any byte was wrong, 2 on a usage or set-up error.
  */
 #include <errno.h>
@@ -92,6 +93,7 @@ int main(int argc, char **argv)
     gr_client *c = NULL;
     uint8_t *buf, *want;
     uint64_t reads = 0, bytes = 0, errors = 0, wrong = 0;
+    double t_read, max_read = 0;
 
     rng_state = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL | 1;
     while ((opt = getopt(argc, argv, "s:r:m:z")) != -1) {
@@ -149,6 +151,7 @@ int main(int argc, char **argv)
         len = 1 + rnd() % maxlen;
         if (len > t->size - off)
             len = t->size - off;
+        t_read = now_s();
         if (rnd() % 4) {
             n = gr_pread(t->gf, buf, len, (off_t)off);
             if (n >= 0 && (uint64_t)n != len) {
@@ -168,6 +171,9 @@ int main(int argc, char **argv)
                 gr_ref_release(ref);    /* else leaked until disconnect */
         }
         reads++;
+        t_read = now_s() - t_read;
+        if (t_read > max_read)
+            max_read = t_read;
         if (n < 0) {
             count_err(errno);
             errors++;
@@ -188,8 +194,9 @@ int main(int argc, char **argv)
             c = NULL;
         }
     }
-    printf("reads=%llu bytes=%llu errors=%llu wrong=%llu errnos=", (unsigned long long)reads,
-           (unsigned long long)bytes, (unsigned long long)errors, (unsigned long long)wrong);
+    printf("reads=%llu bytes=%llu errors=%llu wrong=%llu max_ms=%.0f errnos=", (unsigned long long)reads,
+           (unsigned long long)bytes, (unsigned long long)errors, (unsigned long long)wrong,
+           max_read * 1000);
     for (int e = 0; e < 134; e++)
         if (errs_by[e])
             printf("%s:%llu,", e == 133 ? "other" : strerrorname_np(e) ? strerrorname_np(e) : "?",
