@@ -1042,19 +1042,23 @@ void gr_ref_release(gr_ref *r)
 
 int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
 {
-    uint8_t req[PROTO_HDR_LEN + 1 + PROTO_MAX_PATH];
-    size_t len = arg ? strlen(arg) : 0;
+    size_t len = arg ? strlen(arg) : 0, cap = PROTO_HDR_LEN + 1 + len;
+    uint8_t *req = malloc(cap);
     proto_msg m;
     uint32_t id;
     ssize_t n;
     int ret = -1;
 
     *text = NULL;
+    if (!req) {
+        errno = ENOMEM;
+        return -1;
+    }
     pthread_mutex_lock(&c->lock);
     id = take_id(c);
-    n = proto_enc_admin(req, sizeof(req), id, (uint8_t)cmd, arg, len);
+    n = proto_enc_admin(req, cap, id, (uint8_t)cmd, arg, len);
     if (n < 0) {
-        fail(c, len > PROTO_MAX_PATH ? -ENAMETOOLONG : -EINVAL);
+        fail(c, cmd == GR_ADMIN_WARMUP ? -E2BIG : len > PROTO_MAX_PATH ? -ENAMETOOLONG : -EINVAL);
         goto out;
     }
     if (call_ok(c, req, (size_t)n, id, PROTO_OP_ADMIN, &m) < 0)
@@ -1069,6 +1073,85 @@ int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
     c->errtext[0] = '\0';
     ret = 0;
 out:
+    pthread_mutex_unlock(&c->lock);
+    free(req);
+    return ret;
+}
+
+/* Send one HINT message of ents[0..n) (n may be 0 with flags CLEAR). */
+static int send_hints(gr_client *c, uint8_t *buf, size_t cap, uint32_t flags,
+                      const proto_hint_ent *ents, uint32_t n)
+{
+    proto_msg m;
+    uint32_t id = take_id(c);
+    ssize_t len = proto_enc_hint(buf, cap, id, flags, ents, n);
+
+    if (len < 0)
+        return fail(c, -EINVAL);
+    return call_ok(c, buf, (size_t)len, id, PROTO_OP_HINT, &m);
+}
+
+int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
+{
+    static const size_t cap = PROTO_HDR_LEN + PROTO_MAX_BODY;
+    uint8_t *buf = malloc(cap);
+    proto_hint_ent *ents = malloc(PROTO_MAX_HINTS * sizeof(*ents));
+    size_t i = 0, body;
+    int ret = 0;
+
+    if (!buf || !ents) {
+        free(buf);
+        free(ents);
+        errno = ENOMEM;
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t pl = h[k].path ? strlen(h[k].path) : 0;
+        if (pl == 0 || h[k].path[0] != '/') {
+            free(buf);
+            free(ents);
+            errno = EINVAL;
+            return -1;
+        }
+        if (pl > PROTO_MAX_PATH) {
+            free(buf);
+            free(ents);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&c->lock);
+    while (i < n && ret == 0) {
+        uint32_t k = 0;
+        body = PROTO_HINT_PREFIX;
+        while (i < n && k < PROTO_MAX_HINTS) {
+            size_t pl = strlen(h[i].path);
+            if (body + PROTO_HINT_ENT_SIZE(pl) > PROTO_MAX_BODY)
+                break;
+            ents[k] = (proto_hint_ent){ h[i].off, h[i].len, h[i].path, (uint32_t)pl };
+            body += PROTO_HINT_ENT_SIZE(pl);
+            k++;
+            i++;
+        }
+        ret = send_hints(c, buf, cap, 0, ents, k);
+    }
+    if (ret == 0)
+        c->errtext[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    free(buf);
+    free(ents);
+    return ret;
+}
+
+int gr_hint_clear(gr_client *c)
+{
+    uint8_t buf[PROTO_HDR_LEN + PROTO_HINT_PREFIX];
+    int ret;
+
+    pthread_mutex_lock(&c->lock);
+    ret = send_hints(c, buf, sizeof(buf), PROTO_HINT_CLEAR, NULL, 0);
+    if (ret == 0)
+        c->errtext[0] = '\0';
     pthread_mutex_unlock(&c->lock);
     return ret;
 }

@@ -114,6 +114,33 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
 void gr_ref_release(gr_ref *ref);
 
 /*
+ * Job hints: tell the daemon what this job will read next, in order, so
+ * that it is in DRAM before it is asked for.  Each gr_hint_append adds n
+ * ranges to the end of this connection's hint list (thousands per call are
+ * fine; the library splits them into messages).  The daemon fetches ahead of
+ * the job's consumption (reads of hinted chunks, from any connection) within
+ * its [prefetch] hint_window bytes, keeps the chunks it fetched safe from
+ * eviction until they are read, and drops the list when c disconnects or
+ * gr_hint_clear is called.  A range the daemon cannot resolve (outside the
+ * roots, vanished, unreadable by the caller) is skipped and counted
+ * (hint_errors), never fatal: hints are advice.
+ *
+ * Returns 0, or -1 with errno (E2BIG: the list would exceed [prefetch]
+ * hint_max_entries; ENAMETOOLONG, EINVAL: a malformed range; the connection's
+ * errors).
+ */
+typedef struct gr_hint {
+    const char *path;   /* absolute, under the daemon's roots */
+    uint64_t off;       /* first byte */
+    uint64_t len;       /* bytes from off; 0 means to the end of the file */
+} gr_hint;
+int gr_hint_append(gr_client *c, const gr_hint *h, size_t n);
+
+/* Drop this connection's hint list (before a new epoch's order, say).
+ * 0, or -1 with errno. */
+int gr_hint_clear(gr_client *c);
+
+/*
  * The daemon's counters: cb(arg, name, value) is called for each, in the
  * daemon's order; a non-zero return from cb stops the walk.  0, or -1 with
  * errno.
@@ -122,7 +149,8 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 
 /*
  * Operator commands (what granaryctl uses).  cmd is a GR_ADMIN_* value; arg
- * the file's path for the first four, NULL otherwise.  On success *text is
+ * the file's path for the first four, NULL for health and config, see below
+ * for warmup.  On success *text is
  * the daemon's answer, NUL-terminated, malloc'd (the caller frees it).
  * Returns 0, or -1 with errno: EPERM when the caller is neither root nor in
  * the daemon's [daemon] admin_group (evict, invalidate, pin, unpin only),
@@ -134,6 +162,16 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 #define GR_ADMIN_UNPIN      4
 #define GR_ADMIN_HEALTH     5   /* "ok: ..." or "unhealthy: reason" */
 #define GR_ADMIN_CONFIG     6   /* the running configuration, INI */
+/* Warmup (granaryctl warmup).  GR_ADMIN_WARMUP's arg is a first line
+ * "id=N seal=0|1 bw=BYTES" (id 0 starts a job; seal=1: no more paths will
+ * follow; bw: bytes per second, 0 unlimited) and then one path per line, up
+ * to 128 KiB in all (E2BIG beyond); *text is the job's id.  Admin only.
+ * GR_ADMIN_WARMUP_STATUS (anyone): one line per job of key=value fields
+ * (id state files failed bytes chunks_cached chunks_skipped queued dirs
+ * elapsed sealed [error]).  GR_ADMIN_WARMUP_CANCEL: arg is the id; admin. */
+#define GR_ADMIN_WARMUP        7
+#define GR_ADMIN_WARMUP_STATUS 8
+#define GR_ADMIN_WARMUP_CANCEL 9
 int gr_admin(gr_client *c, int cmd, const char *arg, char **text);
 
 /* The one-line reason for the last failed call on c ("" if none).  The

@@ -22,7 +22,7 @@ struct dram {
     arena *ar;
     policy *pol;                /* orders the arena chunks held */
     uint64_t oused, ocap;       /* bytes of the heap chunks held, and their cap */
-    uint64_t evictions, heap_fallbacks, not_admitted;
+    uint64_t evictions, heap_fallbacks, not_admitted, prefetch_wasted;
     size_t count;               /* chunks held, arena and heap */
     chunk **buckets;
     size_t nbuckets;            /* power of two */
@@ -267,6 +267,11 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
     return chunk_ref(c);
 }
 
+chunk *dram_peek(dram *d, const uint8_t key[CHUNK_KEY_LEN])
+{
+    return dram_find(d, key);
+}
+
 static void dram_grow(dram *d)
 {
     size_t nb = d->nbuckets * 2;
@@ -329,6 +334,8 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
         policy_node *v = policy_victim(d->pol);
         if (!v)
             break;
+        if (chunk_of(v)->prefetched)
+            d->prefetch_wasted++;
         dram_remove(d, chunk_of(v));
         d->evictions++;
     }
@@ -369,7 +376,7 @@ void dram_put(dram *d, chunk *c)
         policy_node_init(&c->pn, key_hash(c->key), c->cap);
         policy_insert(d->pol, &c->pn);
         c->pinned = 0;
-        if (idset_has(&d->pins, c->key))
+        if (c->holds || idset_has(&d->pins, c->key))
             set_pinned(d, c, 1);
     } else {
         /* The overflow keeps a heap chunk just long enough for the client
@@ -378,8 +385,11 @@ void dram_put(dram *d, chunk *c)
          * source's load exactly when the node is overloaded. */
         if (c->cap > d->ocap)
             return;
-        while (d->oused + c->cap > d->ocap)
+        while (d->oused + c->cap > d->ocap) {
+            if (d->otail->prefetched)
+                d->prefetch_wasted++;
             dram_remove(d, d->otail);
+        }
         d->oused += c->cap;
         overflow_push(d, c);
     }
@@ -451,12 +461,24 @@ long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int p
     for (size_t b = 0; b < d->nbuckets; b++)
         for (chunk *c = d->buckets[b]; c; c = c->hnext)
             if (idset_has(&batch, c->key)) {
-                if (c->ar)
+                if (c->ar && !c->holds)
                     set_pinned(d, c, pinned);
                 held++;
             }
     idset_clear(&batch);
     return held;
+}
+
+void dram_hold(dram *d, chunk *c)
+{
+    if (c->holds++ == 0 && c->in_tier && c->ar)
+        set_pinned(d, c, 1);
+}
+
+void dram_unhold(dram *d, chunk *c)
+{
+    if (--c->holds == 0 && c->in_tier && c->ar && !idset_has(&d->pins, c->key))
+        set_pinned(d, c, 0);
 }
 
 void dram_get_stats(const dram *d, dram_stats *out)
@@ -472,4 +494,5 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->heap_fallbacks = d->heap_fallbacks;
     out->not_admitted = d->not_admitted;
     out->pinned_bytes = d->pinned_bytes;
+    out->prefetch_wasted = d->prefetch_wasted;
 }

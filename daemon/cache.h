@@ -49,6 +49,8 @@ struct chunk {
     int in_tier;
     int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
     int pinned;             /* pinned in the policy: never evicted */
+    unsigned holds;         /* prefetch holds (dram_hold): pinned while any */
+    int prefetched;         /* fetched ahead and not yet asked for */
 };
 
 /* Build a key from a file id and a chunk index. */
@@ -72,6 +74,7 @@ typedef struct dram_stats {
     uint64_t chunks;
     uint64_t evictions;
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
+    uint64_t prefetch_wasted;   /* prefetched chunks evicted before anyone asked */
 } dram_stats;
 
 /*
@@ -103,6 +106,10 @@ arena *dram_arena(dram *d);
 /* The chunk for key with a new reference (most recently used now), or NULL. */
 chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
+/* The chunk for key, borrowed (no reference, no change to its recency), or
+ * NULL: for asking whether it is cached. */
+chunk *dram_peek(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
+
 /* Keep c (the tier takes its own reference), replacing any chunk with the
  * same key: an admitted arena chunk under the policy; a heap chunk in the
  * overflow, evicting its oldest (one larger than the overflow is not kept);
@@ -123,6 +130,14 @@ long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n);
  * dram_free.  One pass over the tier.  Returns the number of chunks held
  * now of those files, or -ENOMEM. */
 long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned);
+
+/*
+ * Hold c in the tier (a hinted chunk not yet read): pinned while it has a
+ * hold, as if its file were pinned.  dram_unhold drops one hold.  Holds on a
+ * chunk outside the tier only count (they pin it if it is put back).
+ */
+void dram_hold(dram *d, chunk *c);
+void dram_unhold(dram *d, chunk *c);
 
 void dram_get_stats(const dram *d, dram_stats *out);
 

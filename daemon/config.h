@@ -37,6 +37,11 @@ typedef struct gr_config {
     int nroots;
     uint64_t chunk_size;       /* bytes; power of two, 64K..256M */
     double attr_ttl;           /* seconds an attribute lookup is trusted, >= 0 */
+    int max_inflight;          /* source reads at once, demand and prefetch together */
+    /* [prefetch] */
+    uint64_t readahead_max;    /* largest read-ahead window of a sequential reader; 0 = off */
+    uint64_t hint_window;      /* bytes fetched ahead of a hint list's consumption */
+    int hint_max_entries;      /* chunks one hint list may name */
     /* [dram] */
     uint64_t dram_capacity;    /* bytes */
     char dram_policy[16];      /* lru (more with the DRAM tier issue) */

@@ -27,10 +27,12 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "prefetch.h"
 #include "server.h"
 #include "source.h"
 #include "stats.h"
 #include "store.h"
+#include "warmup.h"
 #include "workers.h"
 
 #define DEFAULT_CONFIG "/etc/granary/granary.conf"
@@ -46,9 +48,9 @@ static void usage(FILE *out)
             "      --print-config    print the effective configuration and exit\n"
             "  -h, --help            this text\n"
             "Runs in the foreground; logs to stderr.  SIGTERM or SIGINT stop it cleanly;\n"
-            "SIGHUP re-reads the configuration: log_level, max_clients, attr_ttl, the\n"
-            "policies and max_leased_per_client apply live, other changes are logged as\n"
-            "needing a restart.\n");
+            "SIGHUP re-reads the configuration: log_level, max_clients, attr_ttl,\n"
+            "max_inflight, the policies, max_leased_per_client and the [prefetch] keys\n"
+            "apply live, other changes are logged as needing a restart.\n");
 }
 
 /* metrics_snapshot_fn: a scrape reads what `granaryctl stats` reads.  arg
@@ -70,6 +72,8 @@ typedef struct reload_ctx {
     source *src;
     dram *dram;
     store *nvme;                /* NULL without an NVMe tier */
+    fetcher *fx;
+    prefetcher *pf;
 } reload_ctx;
 
 /* Log every line of the dump of b that differs from a's: keys whose new
@@ -106,7 +110,8 @@ static void log_unapplied(const gr_config *a, const gr_config *b)
  * SIGHUP: re-read the configuration; apply what can change live, log each
  * other change as needing a restart.  A file that does not parse changes
  * nothing.  Live: log_level, max_clients, attr_ttl, both tiers' policies
- * (every chunk and pin kept), max_leased_per_client.  Not live: the
+ * (every chunk and pin kept), max_leased_per_client, [source] max_inflight
+ * and the [prefetch] keys.  Not live: the
  * capacities (the DRAM arena is sealed memfds sized at start; a lowered NVMe
  * capacity is applied when the tier opens, by evicting down to it), paths,
  * the socket, chunk_size, io_threads.
@@ -161,6 +166,22 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
             log_info("reload: [nvme] policy = %s", next.nvme_policy);
         }
     }
+    if (next.max_inflight != cur->max_inflight) {
+        cur->max_inflight = next.max_inflight;
+        fetcher_set_max_inflight(r->fx, (unsigned)next.max_inflight);
+        log_info("reload: [source] max_inflight = %d", next.max_inflight);
+    }
+    if (next.readahead_max != cur->readahead_max || next.hint_window != cur->hint_window ||
+        next.hint_max_entries != cur->hint_max_entries) {
+        cur->readahead_max = next.readahead_max;
+        cur->hint_window = next.hint_window;
+        cur->hint_max_entries = next.hint_max_entries;
+        prefetcher_configure(r->pf, cur->readahead_max, cur->hint_window,
+                             (uint64_t)cur->hint_max_entries);
+        log_info("reload: [prefetch] readahead_max = %llu, hint_window = %llu, "
+                 "hint_max_entries = %d", (unsigned long long)cur->readahead_max,
+                 (unsigned long long)cur->hint_window, cur->hint_max_entries);
+    }
     log_unapplied(cur, &next);
     log_info("reload: done");
 }
@@ -192,10 +213,12 @@ int main(int argc, char **argv)
     dram *d = NULL;
     struct event_base *base = NULL;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
-    reload_ctx reload = { NULL, NULL, NULL, NULL, NULL };
+    reload_ctx reload = { 0 };
     struct event *watchdog = NULL;  /* systemd WatchdogSec= keep-alive, see notify.h */
     workers *w = NULL;
     fetcher *fx = NULL;
+    prefetcher *pf = NULL;
+    warmup *wu = NULL;
     server *srv = NULL;
     metrics *met = NULL;
     FILE *trace = NULL;
@@ -283,8 +306,20 @@ int main(int argc, char **argv)
      * quarter of the tier, so that readers always find room. */
     if (fetcher_new(d, nvme, src, w, &stats,
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
-                    &fx) < 0)
+                    (unsigned)cfg.max_inflight, &fx) < 0)
         goto fail;
+    if (prefetcher_new(fx, d, src, w, &stats, &pf) < 0)
+        goto fail;
+    prefetcher_configure(pf, cfg.readahead_max, cfg.hint_window, (uint64_t)cfg.hint_max_entries);
+    {
+        char dir[PATH_MAX + 16];
+        snprintf(dir, sizeof(dir), "%s/warmup", cfg.nvme_path);
+        if (warmup_new(base, fx, nvme, src, &stats, cfg.chunk_size, nvme ? dir : NULL, &wu, err,
+                       sizeof(err)) < 0) {
+            log_error("%s", err);
+            goto fail;
+        }
+    }
     if (cfg.trace_file[0]) {
         trace = fopen(cfg.trace_file, "ae");
         if (!trace) {
@@ -313,7 +348,7 @@ int main(int argc, char **argv)
     {
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .w = w,
-            .dram = d, .nvme = nvme, .stats = &stats,
+            .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
             log_error("%s", err);
@@ -325,6 +360,8 @@ int main(int argc, char **argv)
     reload.src = src;
     reload.dram = d;
     reload.nvme = nvme;
+    reload.fx = fx;
+    reload.pf = pf;
     sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
     if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||
         event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0)
@@ -351,8 +388,13 @@ fail:
     metrics_stop(&met);         /* its scrapes read the server */
     if (srv)
         server_shutdown(srv);
+    warmup_shutdown(wu);
+    if (fx)
+        fetcher_drain(fx);
     workers_stop(&w);
     server_free(&srv);
+    warmup_free(&wu);
+    prefetcher_free(&pf);
     fetcher_free(&fx);
     if (trace)
         fclose(trace);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,9 @@ struct conn {
     int reading;                /* EV_READ armed */
     int writing;                /* EV_WRITE armed */
     srcfile **handles;          /* handle h is handles[h - 1] */
+    ra_state *ra;               /* its read-ahead state is ra[h - 1] */
     uint32_t nhandles;          /* slots allocated */
+    hint_list *hints;           /* made at the first HINT */
     unsigned inflight;
     uint64_t inflight_bytes;    /* chunk bytes of the READs and READXs in flight */
     chunk **leases;             /* lease L is leases[L - 1]; NULL when free */
@@ -109,6 +112,7 @@ struct readreq {
     char errmsg[256];
     uint64_t budget;            /* bytes counted in c->inflight_bytes */
     uint64_t t0;                /* latency_now() when received */
+    int stalled;                /* waited on a miss */
     chunk *chunks[READ_MAX_CHUNKS];
     readslot slots[READ_MAX_CHUNKS];
 };
@@ -158,6 +162,7 @@ static void conn_unref(conn **cp)
     if (--c->refs)
         return;
     free(c->handles);
+    free(c->ra);
     free(c->leases);
     free(c->free_leases);
     free(c->segs_sent);
@@ -295,14 +300,20 @@ static int64_t conn_add_handle(conn *c, srcfile *f)
             return -EMFILE;
         if (n > CONN_MAX_HANDLES)
             n = CONN_MAX_HANDLES;
+        ra_state *nra;
         nh = realloc(c->handles, n * sizeof(*nh));
         if (!nh)
             return -ENOMEM;
         memset(nh + c->nhandles, 0, (n - c->nhandles) * sizeof(*nh));
         c->handles = nh;
+        nra = realloc(c->ra, n * sizeof(*nra));
+        if (!nra)
+            return -ENOMEM;
+        c->ra = nra;
         c->nhandles = n;
     }
     c->handles[h] = srcfile_ref(f);
+    memset(&c->ra[h], 0, sizeof(c->ra[h]));
     return h + 1;
 }
 
@@ -626,6 +637,10 @@ static void read_finish(readreq *r)
 
     c->inflight--;
     c->inflight_bytes -= r->budget;
+    if (r->stalled) {
+        c->srv->d.stats->stalled_reads++;
+        c->srv->d.stats->stall_us += (latency_now() - r->t0) / 1000;
+    }
     if (c->dead)
         ;
     else if (r->err < 0)
@@ -741,6 +756,8 @@ static void handle_read(conn *c, const proto_msg *m)
         r->slots[i].i = i;
         fetcher_get(c->srv->d.fx, f, r->first + i, read_chunk_cb, &r->slots[i]);
     }
+    r->stalled = r->waiting > 1;        /* some chunk was not in DRAM */
+    prefetch_readahead(c->srv->d.pf, &c->ra[m->u.read.handle - 1], f, off, len);
     if (--r->waiting == 0)
         read_finish(r);
 }
@@ -949,6 +966,83 @@ out:
     free(a);
 }
 
+/*
+ * WARMUP: "id=N seal=0|1 bw=BYTES" on the first line, then one path per
+ * line; every path must pass the roots or the batch is refused whole.
+ * The reply is the job's id.  WARMUP_CANCEL: the id.
+ */
+static void handle_warmup(conn *c, const proto_msg *m)
+{
+    server *s = c->srv;
+    char *arg = strndup(m->u.admin.arg, m->u.admin.len), *line, *save = NULL;
+    char **norms = NULL, err[320], idtext[32];
+    int *roots = NULL, rc = 0, seal = 0;
+    unsigned long long id = 0, bw = 0;
+    size_t n = 0, cap = 0;
+    uint32_t jid;
+
+    if (!arg) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    if (m->u.admin.cmd == PROTO_ADMIN_WARMUP_CANCEL) {
+        char *end;
+        id = strtoull(arg, &end, 10);
+        rc = *end || id == 0 || id > UINT32_MAX ? -EINVAL : warmup_cancel(s->d.wu, (uint32_t)id);
+        free(arg);
+        if (rc < 0)
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc,
+                        rc == -EINVAL ? "usage: a warmup job id" : "no such running warmup job");
+        else
+            reply_text(c, PROTO_OP_ADMIN, m->h.req_id, "cancelled", 9);
+        return;
+    }
+    line = strtok_r(arg, "\n", &save);
+    if (!line || sscanf(line, "id=%llu seal=%d bw=%llu", &id, &seal, &bw) != 3 || id > UINT32_MAX) {
+        free(arg);
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EINVAL,
+                    "warmup: the first line must be \"id=N seal=0|1 bw=BYTES\"");
+        return;
+    }
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            void *p1 = realloc(norms, nc * sizeof(*norms)), *p2;
+            if (!p1) {
+                rc = -ENOMEM;
+                break;
+            }
+            norms = p1;
+            p2 = realloc(roots, nc * sizeof(*roots));
+            if (!p2) {
+                rc = -ENOMEM;
+                break;
+            }
+            roots = p2;
+            cap = nc;
+        }
+        rc = source_resolve(s->d.src, line, strlen(line), &norms[n], &roots[n], err, sizeof(err));
+        if (rc < 0)
+            break;
+        n++;
+    }
+    jid = (uint32_t)id;
+    if (rc == 0)
+        rc = warmup_add(s->d.wu, &jid, norms, roots, n, seal != 0, bw);
+    for (size_t i = 0; i < n; i++)
+        free(norms[i]);
+    free(norms);
+    free(roots);
+    free(arg);
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc,
+                    rc == -ENOENT ? "no such open warmup job" : rc == -ENOMEM ? NULL : err);
+        return;
+    }
+    snprintf(idtext, sizeof(idtext), "%" PRIu32, jid);
+    reply_text(c, PROTO_OP_ADMIN, m->h.req_id, idtext, strlen(idtext));
+}
+
 static void handle_admin(conn *c, const proto_msg *m)
 {
     server *s = c->srv;
@@ -970,9 +1064,22 @@ static void handle_admin(conn *c, const proto_msg *m)
         free(text);
         return;
     }
+    if (cmd == PROTO_ADMIN_WARMUP_STATUS) {
+        char *text = warmup_status(s->d.wu);
+        if (!text)
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
+        else
+            reply_text(c, PROTO_OP_ADMIN, m->h.req_id, text, strlen(text));
+        free(text);
+        return;
+    }
     if (cmd != PROTO_ADMIN_HEALTH && !c->is_admin) {
         reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EPERM,
                     "admin commands are for root and the [daemon] admin_group");
+        return;
+    }
+    if (cmd == PROTO_ADMIN_WARMUP || cmd == PROTO_ADMIN_WARMUP_CANCEL) {
+        handle_warmup(c, m);
         return;
     }
     a = calloc(1, sizeof(*a));
@@ -1042,6 +1149,28 @@ static void handle_stats(conn *c, const proto_msg *m)
     conn_send(c, o);
 }
 
+static void handle_hint(conn *c, const proto_msg *m)
+{
+    outmsg *o;
+    int rc;
+
+    if (!c->hints && !(c->hints = hint_list_new(c->srv->d.pf, c->uid, c->gid))) {
+        reply_error(c, PROTO_OP_HINT, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    rc = hint_list_append(c->hints, m);
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_HINT, m->h.req_id, rc,
+                    rc == -E2BIG ? "the hint list would exceed [prefetch] hint_max_entries" : NULL);
+        return;
+    }
+    o = outmsg_new(0);
+    if (!o)
+        return;
+    proto_enc_ok(o->buf, o->len, PROTO_OP_HINT, m->h.req_id);
+    conn_send(c, o);
+}
+
 /* Decode and act on one received message of n bytes in s->rbuf. */
 static void conn_dispatch(conn *c, size_t n, int truncated)
 {
@@ -1093,6 +1222,9 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         break;
     case PROTO_OP_STATS:
         handle_stats(c, &m);
+        break;
+    case PROTO_OP_HINT:
+        handle_hint(c, &m);
         break;
     default:
         reply_error(c, m.h.op, m.h.req_id, -EOPNOTSUPP, "unknown operation");
@@ -1164,6 +1296,7 @@ static void conn_close(conn *c)
     c->outq_bytes = 0;
     for (uint32_t h = 0; h < c->nhandles; h++)
         srcfile_unref(&c->handles[h]);
+    hint_list_free(&c->hints);
     for (uint32_t l = 1; l <= c->nleases; l++)
         conn_release_lease(c, l);     /* a client that goes away releases everything */
     if (c->prev)
@@ -1375,6 +1508,11 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;
     out->fetches_inflight = fetcher_inflight(s->d.fx);
+    out->source_running = fetcher_running(s->d.fx);
+    out->source_queued = fetcher_queued(s->d.fx);
+    out->prefetch_wasted = ds.prefetch_wasted;
+    out->warmup_jobs_active = warmup_active(s->d.wu);
+    prefetcher_snapshot(s->d.pf, out);
     out->writeback_queue_bytes = fetcher_writeback_bytes(s->d.fx);
     out->connections = s->nconns;
     if (s->d.nvme) {

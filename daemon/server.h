@@ -23,6 +23,8 @@
 #include "source.h"
 #include "stats.h"
 #include "store.h"
+#include "prefetch.h"
+#include "warmup.h"
 #include "workers.h"
 
 typedef struct server server;
@@ -35,6 +37,8 @@ typedef struct server_deps {
     workers *w;
     dram *dram;
     store *nvme;                /* NULL without an NVMe tier */
+    prefetcher *pf;
+    warmup *wu;
     gr_stats *stats;
 } server_deps;
 

@@ -560,6 +560,103 @@ int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *
     return cb(arg, id);
 }
 
+int source_open_file(source *s, const char *norm, int root, source_file *out, char *err,
+                     size_t errlen)
+{
+    int fd = open_beneath(s, norm, root, err, errlen);
+
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &out->st) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(out->st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "not a regular file: %.200s", norm);
+        return S_ISDIR(out->st.st_mode) ? -EISDIR : -EINVAL;
+    }
+    identify(s, fd, &out->st, out->id);
+    out->chunk_size = (uint32_t)source_chunk_size(s->chunk_size, (uint64_t)out->st.st_blksize);
+    out->fd = fd;
+    return 0;
+}
+
+int source_file_read(const source_file *sf, uint64_t idx, void *buf, size_t *len, char *err,
+                     size_t errlen)
+{
+    uint64_t size = (uint64_t)sf->st.st_size, start = idx * sf->chunk_size, want, got = 0;
+
+    want = start >= size ? 0 : size - start < sf->chunk_size ? size - start : sf->chunk_size;
+    while (got < want) {
+        ssize_t n = pread(sf->fd, (char *)buf + got, want - got, (off_t)(start + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            snprintf(err, errlen, "read: %s", strerror(e));
+            return -e;
+        }
+        if (n == 0) {
+            snprintf(err, errlen, "the file shrank while being read");
+            return -ESTALE;
+        }
+        got += (uint64_t)n;
+    }
+    *len = (size_t)got;
+    return 0;
+}
+
+int source_file_check(const source_file *sf)
+{
+    struct stat st;
+
+    return fstat(sf->fd, &st) == 0 && same_identity(&st, &sf->st) ? 0 : -ESTALE;
+}
+
+void source_file_close(source_file *sf)
+{
+    if (sf->fd >= 0)
+        close(sf->fd);
+    sf->fd = -1;
+}
+
+int source_list_dir(source *s, const char *norm, int root, source_list_cb cb, void *arg,
+                    char *err, size_t errlen)
+{
+    int fd = open_beneath(s, norm, root, err, errlen);
+    struct dirent *de;
+    DIR *d;
+    int rc = 0;
+
+    if (fd < 0)
+        return fd;
+    d = fdopendir(fd);
+    if (!d) {
+        rc = -errno;
+        snprintf(err, errlen, "%.200s: %s", norm, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    while (rc == 0 && (de = readdir(d))) {
+        unsigned char t = de->d_type;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (t == DT_UNKNOWN) {
+            struct stat st;
+            if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                continue;
+            t = S_ISREG(st.st_mode) ? DT_REG : S_ISDIR(st.st_mode) ? DT_DIR : DT_UNKNOWN;
+        }
+        if (t == DT_REG || t == DT_DIR)
+            rc = cb(arg, de->d_name, t == DT_DIR);
+    }
+    closedir(d);
+    return rc;
+}
+
 void source_set_attr_ttl(source *s, double attr_ttl)
 {
     s->attr_ttl = attr_ttl;

@@ -95,6 +95,37 @@ typedef int (*source_walk_cb)(void *arg, const uint8_t id[SOURCE_ID_LEN]);
 int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *arg,
                 char *err, size_t errlen);
 
+/*
+ * I/O thread: a source file held open for reading chunk after chunk
+ * (warmup).  source_open_file opens norm beneath its root: a regular file
+ * fills *out (identity and chunk size as source_install computes them);
+ * a directory gives -EISDIR; anything else -EINVAL.  source_file_read reads
+ * chunk idx whole into buf; source_file_check says whether the file still
+ * has the identity it was opened with (-ESTALE if not): call it after the
+ * reads, before trusting their bytes.
+ */
+typedef struct source_file {
+    int fd;
+    struct stat st;
+    uint8_t id[SOURCE_ID_LEN];
+    uint32_t chunk_size;
+} source_file;
+int source_open_file(source *s, const char *norm, int root, source_file *out, char *err,
+                     size_t errlen);
+int source_file_read(const source_file *sf, uint64_t idx, void *buf, size_t *len, char *err,
+                     size_t errlen);
+int source_file_check(const source_file *sf);
+void source_file_close(source_file *sf);
+
+/*
+ * I/O thread: call cb(arg, name, is_dir) for each regular file and
+ * directory directly in directory norm (symlinks and others skipped).
+ * Returns 0, the first non-zero cb result, or -errno with a reason in err.
+ */
+typedef int (*source_list_cb)(void *arg, const char *name, int is_dir);
+int source_list_dir(source *s, const char *norm, int root, source_list_cb cb, void *arg,
+                    char *err, size_t errlen);
+
 /* Loop thread: change attr_ttl (SIGHUP). */
 void source_set_attr_ttl(source *s, double attr_ttl);
 

@@ -36,10 +36,29 @@
     X(counter, leases_granted,       "leases given to clients") \
     X(counter, lease_errors,         "releases of leases a client did not hold") \
     X(counter, evictions_nvme,       "chunks evicted from the NVMe tier") \
+    X(counter, prefetch_issued,      "chunk fetches started ahead of demand (read-ahead, hints)") \
+    X(counter, prefetch_used,        "prefetched chunks a client then asked for") \
+    X(counter, prefetch_wasted,      "prefetched chunks evicted before anyone asked for them") \
+    X(counter, readahead_chunks,     "chunks read ahead for sequential readers") \
+    X(counter, hint_entries_added,   "chunks named by job hints") \
+    X(counter, hint_errors,          "hinted ranges skipped: unresolvable, unreadable or past EOF") \
+    X(counter, hint_skipped,         "hinted chunks dropped because the job read past them") \
+    X(counter, stall_us,             "microseconds clients waited on reads that missed DRAM") \
+    X(counter, stalled_reads,        "reads that waited on a miss") \
+    X(counter, warmup_files,         "files warmup has finished") \
+    X(counter, warmup_bytes,         "bytes warmup read from the source") \
+    X(counter, warmup_chunks_skipped, "chunks warmup found cached already") \
+    X(counter, warmup_failed,        "files warmup could not cache") \
     X(counter, connections_total,    "client connections accepted") \
     X(counter, connections_refused,  "client connections refused (max_clients)") \
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
+    X(gauge,   source_running,       "tasks reading the source now ([source] max_inflight bounds it)") \
+    X(gauge,   source_queued,        "tasks waiting for a source slot") \
+    X(gauge,   readahead_window_max, "the current cap on a sequential reader's read-ahead, bytes") \
+    X(gauge,   hint_entries,         "hinted chunks not yet read, over all hint lists") \
+    X(gauge,   hint_window_bytes,    "bytes fetched or being fetched ahead for hints and not yet read") \
+    X(gauge,   warmup_jobs_active,   "warmup jobs running or queued") \
     X(gauge,   writeback_queue_bytes, "bytes queued for writing to the NVMe tier") \
     X(gauge,   leases_active,        "leases held by clients") \
     X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \

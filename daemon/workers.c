@@ -127,6 +127,31 @@ void workers_submit(workers *w, wq_job *j, wq_prio prio)
     pthread_mutex_unlock(&w->lock);
 }
 
+int workers_promote(workers *w, wq_job *j)
+{
+    wq_job **pp, *prev = NULL;
+    int moved = 0;
+
+    pthread_mutex_lock(&w->lock);
+    for (pp = &w->head[WQ_BACKGROUND]; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp != j)
+            continue;
+        *pp = j->next;
+        if (w->tail[WQ_BACKGROUND] == j)
+            w->tail[WQ_BACKGROUND] = prev;
+        j->next = NULL;
+        if (w->tail[WQ_DEMAND])
+            w->tail[WQ_DEMAND]->next = j;
+        else
+            w->head[WQ_DEMAND] = j;
+        w->tail[WQ_DEMAND] = j;
+        moved = 1;
+        break;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return moved;
+}
+
 unsigned workers_pending(workers *w, wq_prio prio)
 {
     unsigned n = 0;

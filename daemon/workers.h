@@ -35,6 +35,11 @@ int workers_start(struct event_base *base, int nthreads, workers **out);
 /* Queue a job (loop thread).  Never fails: the job is caller memory. */
 void workers_submit(workers *w, wq_job *j, wq_prio prio);
 
+/* Move j, queued as WQ_BACKGROUND and not yet started, to the end of the
+ * demand queue (a client now waits on it).  1 if moved, 0 if it had started
+ * or finished already. */
+int workers_promote(workers *w, wq_job *j);
+
 /* Jobs queued and not yet started, per queue (for stats). */
 unsigned workers_pending(workers *w, wq_prio prio);
 

@@ -25,6 +25,7 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_READX] = "readx",
     [PROTO_OP_RELEASE] = "release",
     [PROTO_OP_ADMIN] = "admin",
+    [PROTO_OP_HINT] = "hint",
 };
 
 const char *proto_op_name(unsigned op)
@@ -116,6 +117,42 @@ static int dec_read(proto_msg *m, const uint8_t *b, uint32_t max)
     return m->u.read.len > max ? -EMSGSIZE : 0;
 }
 
+/* A HINT request: the prefix, then exactly count well-formed ranges. */
+static int dec_hint(proto_msg *m, const uint8_t *b)
+{
+    uint32_t n = m->h.body_len, flags, count;
+    size_t off = PROTO_HINT_PREFIX;
+
+    if (n < PROTO_HINT_PREFIX)
+        return -EPROTO;
+    flags = get32(b);
+    count = get32(b + 4);
+    if (flags & ~PROTO_HINT_CLEAR)
+        return -EPROTO;
+    if (count > PROTO_MAX_HINTS)
+        return -EMSGSIZE;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t plen;
+        if (n - off < PROTO_HINT_ENT_FIXED)
+            return -EPROTO;
+        plen = get32(b + off + 16);
+        if (plen == 0)
+            return -EPROTO;
+        if (plen > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        if (n - off - PROTO_HINT_ENT_FIXED < plen)
+            return -EPROTO;
+        off += PROTO_HINT_ENT_SIZE(plen);
+    }
+    if (off != n)
+        return -EPROTO;
+    m->u.hint.flags = flags;
+    m->u.hint.count = count;
+    m->u.hint.ents = b + PROTO_HINT_PREFIX;
+    m->u.hint.len = n - PROTO_HINT_PREFIX;
+    return 0;
+}
+
 /* Check and decode a request body for its opcode. */
 static int dec_request(proto_msg *m, const uint8_t *b)
 {
@@ -149,12 +186,14 @@ static int dec_request(proto_msg *m, const uint8_t *b)
     case PROTO_OP_ADMIN:
         if (n == 0 || b[0] == 0 || b[0] >= PROTO_ADMIN_MAX_)
             return -EPROTO;
-        if (n - 1 > PROTO_MAX_PATH)
+        if (n - 1 > (b[0] == PROTO_ADMIN_WARMUP ? PROTO_MAX_ADMIN_ARG : PROTO_MAX_PATH))
             return -EMSGSIZE;
         m->u.admin.cmd = b[0];
         m->u.admin.arg = (const char *)b + 1;
         m->u.admin.len = n - 1;
         return 0;
+    case PROTO_OP_HINT:
+        return dec_hint(m, b);
     case PROTO_OP_RELEASE:
         if (n == 0 || n % 4)
             return -EPROTO;
@@ -192,6 +231,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         dec_attr(b, &m->u.attr);
         return 0;
     case PROTO_OP_CLOSE:
+    case PROTO_OP_HINT:
         return n == 0 ? 0 : -EPROTO;
     case PROTO_OP_READX: {
         uint32_t ne, il;
@@ -447,7 +487,8 @@ ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, con
 {
     uint8_t *b;
 
-    if (cmd == 0 || cmd >= PROTO_ADMIN_MAX_ || len > PROTO_MAX_PATH)
+    if (cmd == 0 || cmd >= PROTO_ADMIN_MAX_ ||
+        len > (cmd == PROTO_ADMIN_WARMUP ? PROTO_MAX_ADMIN_ARG : PROTO_MAX_PATH))
         return -EMSGSIZE;
     b = enc_begin(buf, cap, PROTO_OP_ADMIN, 0, req_id, 0, 1 + len);
     if (!b)
@@ -470,6 +511,51 @@ ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t
     for (uint32_t i = 0; i < n; i++)
         put32(b + 4 * i, leases[i]);
     return (ssize_t)(PROTO_HDR_LEN + (size_t)n * 4);
+}
+
+ssize_t proto_enc_hint(void *buf, size_t cap, uint32_t req_id, uint32_t flags,
+                       const proto_hint_ent *ents, uint32_t n)
+{
+    size_t body = PROTO_HINT_PREFIX, off;
+    uint8_t *b;
+
+    if (n > PROTO_MAX_HINTS || (flags & ~PROTO_HINT_CLEAR))
+        return -EMSGSIZE;
+    for (uint32_t i = 0; i < n; i++) {
+        if (ents[i].path_len == 0 || ents[i].path_len > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        body += PROTO_HINT_ENT_SIZE(ents[i].path_len);
+    }
+    if (body > PROTO_MAX_BODY)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_HINT, 0, req_id, 0, body);
+    if (!b)
+        return -EMSGSIZE;
+    put32(b, flags);
+    put32(b + 4, n);
+    off = PROTO_HINT_PREFIX;
+    for (uint32_t i = 0; i < n; i++) {
+        put64(b + off, ents[i].off);
+        put64(b + off + 8, ents[i].len);
+        put32(b + off + 16, ents[i].path_len);
+        memcpy(b + off + PROTO_HINT_ENT_FIXED, ents[i].path, ents[i].path_len);
+        off += PROTO_HINT_ENT_SIZE(ents[i].path_len);
+    }
+    return (ssize_t)(PROTO_HDR_LEN + body);
+}
+
+int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out)
+{
+    const uint8_t *e = m->u.hint.ents + *off;
+
+    if (*off >= m->u.hint.len)
+        return 0;
+    out->off = get64(e);
+    out->len = get64(e + 8);
+    out->path_len = get32(e + 16);
+    out->path = (const char *)e + PROTO_HINT_ENT_FIXED;
+    *off += PROTO_HINT_ENT_SIZE(out->path_len);
+    return 1;
 }
 
 void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out)

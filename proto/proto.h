@@ -27,6 +27,11 @@
 #define PROTO_MAX_EXTENTS 32            /* extents in one READX reply */
 #define PROTO_MAX_RELEASE 1024          /* leases in one RELEASE */
 #define PROTO_MAX_BODY  (PROTO_MAX_DATA + 1024)
+#define PROTO_MAX_ADMIN_ARG PROTO_MAX_DATA /* a WARMUP batch; other commands: PROTO_MAX_PATH */
+#define PROTO_MAX_HINTS 4096            /* ranges in one HINT message */
+#define PROTO_HINT_PREFIX 8             /* u32 flags, u32 count */
+#define PROTO_HINT_ENT_FIXED 20         /* u64 off, u64 len, u32 path_len; then the path */
+#define PROTO_HINT_CLEAR 0x1u           /* HINT flag: drop the list first */
 #define PROTO_MAX_MSG   (PROTO_HDR_LEN + PROTO_MAX_BODY)
 
 /* Decoder results besides 0 and -errno. */
@@ -40,6 +45,9 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_UNPIN = 4,      /* undo PIN (admin only) */
     PROTO_ADMIN_HEALTH = 5,     /* "ok ..." or "unhealthy: reasons" */
     PROTO_ADMIN_CONFIG = 6,     /* the running configuration, as INI */
+    PROTO_ADMIN_WARMUP = 7,     /* "id=N seal=0|1 bw=BYTES\n" + paths, one per line (admin only) */
+    PROTO_ADMIN_WARMUP_STATUS = 8, /* one line per warmup job (anyone) */
+    PROTO_ADMIN_WARMUP_CANCEL = 9, /* arg: the job's id (admin only) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 
@@ -54,7 +62,8 @@ typedef enum proto_op {
     PROTO_OP_STATS = 5,   /* the daemon's counters */
     PROTO_OP_READX = 6,   /* bytes of an open handle, as shared-memory extents where possible */
     PROTO_OP_RELEASE = 7, /* give leases back; the one request without a reply */
-    PROTO_OP_ADMIN = 8,   /* operator commands: evict, invalidate, pin, unpin, health, config */
+    PROTO_OP_ADMIN = 8,   /* operator commands: evict, invalidate, pin, unpin, health, config, warmup */
+    PROTO_OP_HINT  = 9,   /* append ranges to the connection's hint list (or clear it) */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -141,6 +150,12 @@ typedef struct proto_msg {
             uint32_t len;
         } admin;                           /* ADMIN request (the reply is text: data) */
         struct {
+            uint32_t flags;                /* PROTO_HINT_* */
+            uint32_t count;
+            const uint8_t *ents;           /* see proto_hint_next */
+            uint32_t len;                  /* bytes at ents */
+        } hint;                            /* HINT request */
+        struct {
             const uint8_t *p;
             uint32_t len;
         } data;                            /* READ reply, STATS reply (raw) */
@@ -196,12 +211,32 @@ ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read
  */
 ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
                               uint32_t n, uint32_t inline_len);
-/* ADMIN request: cmd and its argument (len 0..PROTO_MAX_PATH). */
+/* ADMIN request: cmd and its argument (len 0..PROTO_MAX_PATH, or
+ * PROTO_MAX_ADMIN_ARG for WARMUP). */
 ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const char *arg,
                         size_t len);
 /* RELEASE request of n lease ids (1..PROTO_MAX_RELEASE). */
 ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n);
-/* A bodiless success reply (CLOSE). */
+/* One range of a HINT request. */
+typedef struct proto_hint_ent {
+    uint64_t off;
+    uint64_t len;          /* 0: to the end of the file */
+    const char *path;      /* not NUL-terminated */
+    uint32_t path_len;     /* 1..PROTO_MAX_PATH */
+} proto_hint_ent;
+
+/* Bytes one range takes in a HINT body. */
+#define PROTO_HINT_ENT_SIZE(path_len) (PROTO_HINT_ENT_FIXED + (size_t)(path_len))
+
+/* HINT request with n ranges (0..PROTO_MAX_HINTS; 0 with PROTO_HINT_CLEAR
+ * clears the list). */
+ssize_t proto_enc_hint(void *buf, size_t cap, uint32_t req_id, uint32_t flags,
+                       const proto_hint_ent *ents, uint32_t n);
+/* The range at *off (start at 0) of a decoded HINT request, advancing *off:
+ * 1 when one was read, 0 at the end.  The decoder has checked them all. */
+int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out);
+
+/* A bodiless success reply (CLOSE, HINT). */
 ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);
 /* An error reply: status is -errno (-4095..-1, else -EINVAL); text (may be
  * NULL) is cut to PROTO_MAX_ERRMSG bytes, before any UTF-8 sequence that

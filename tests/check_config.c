@@ -99,7 +99,7 @@ START_TEST(test_defaults)
 {
     ck_assert_str_eq(cfg->socket, "/run/granary/granary.sock");
     ck_assert_uint_eq(cfg->socket_mode, 0660);
-    ck_assert_int_eq(cfg->io_threads, 4);
+    ck_assert_int_eq(cfg->io_threads, 8);
     ck_assert_int_eq(cfg->log_level, LOG_INFO);
     ck_assert_int_eq(cfg->max_clients, 1024);
     ck_assert_int_eq(cfg->nroots, 1);
@@ -555,7 +555,9 @@ START_TEST(test_describe)
         "daemon.socket ", "daemon.socket_mode ", "daemon.io_threads ", "daemon.log_level ",
         "daemon.max_clients ", "source.roots ", "source.chunk_size ", "source.attr_ttl ",
         "dram.capacity ", "dram.policy ", "nvme.path ", "nvme.capacity ", "nvme.policy ",
-        "nvme.inline_max ", "metrics.listen ", "127.0.0.1:9464",
+        "nvme.inline_max ", "metrics.listen ", "source.max_inflight ",
+        "prefetch.readahead_max ", "prefetch.hint_window ", "prefetch.hint_max_entries ",
+        "127.0.0.1:9464",
         "/run/granary/granary.sock", "error|warn|info|debug",
         "size 2^n 64K..256M", "int 1..256", "enum lru", "DESCRIPTION",
     };
@@ -568,7 +570,7 @@ START_TEST(test_describe)
         ck_assert_msg(strstr(buf, want[i]) != NULL, "\"%s\" missing in\n%s", want[i], buf);
     for (char *p = buf; *p; p++)
         lines += *p == '\n';
-    ck_assert_int_eq(lines, 1 + 18);   /* a heading, then one line per key */
+    ck_assert_int_eq(lines, 1 + 22);   /* a heading, then one line per key */
     free(buf);
 }
 END_TEST

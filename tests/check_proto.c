@@ -893,9 +893,109 @@ START_TEST(test_body_len_over_max)
 }
 END_TEST
 
+/* HINT: ranges round-trip in order, byte-exact per PROTOCOL.md; malformed
+ * bodies (short, a zero or oversize path length, a count that disagrees,
+ * unknown flags, too many ranges) are refused. */
+START_TEST(test_hint)
+{
+    static uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_BODY];
+    static proto_hint_ent many[PROTO_MAX_HINTS + 1];
+    proto_hint_ent in[3] = {
+        { 0, 0, "/data/a", 7 },
+        { 4096, 1u << 20, "/data/bb", 8 },
+        { UINT64_MAX - 1, 1, "/x", 2 },
+    }, out;
+    proto_msg m;
+    size_t used, off = 0;
+    ssize_t n = proto_enc_hint(buf, sizeof(buf), 77, 0, in, 3);
+    uint8_t *b = buf + PROTO_HDR_LEN;
+
+    ck_assert_int_eq(n, PROTO_HDR_LEN + 8 + 3 * 20 + 7 + 8 + 2);
+    ck_assert_uint_eq(le32(b), 0);
+    ck_assert_uint_eq(le32(b + 4), 3);
+    ck_assert_uint_eq(le32(b + 8 + 16), 7);             /* path_len after off, len */
+    ck_assert_int_eq(memcmp(b + 8 + 20, "/data/a", 7), 0);
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(used, (size_t)n);
+    ck_assert_uint_eq(m.h.op, PROTO_OP_HINT);
+    ck_assert_uint_eq(m.u.hint.count, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(proto_hint_next(&m, &off, &out), 1);
+        ck_assert_uint_eq(out.off, in[i].off);
+        ck_assert_uint_eq(out.len, in[i].len);
+        ck_assert_uint_eq(out.path_len, in[i].path_len);
+        ck_assert_int_eq(memcmp(out.path, in[i].path, out.path_len), 0);
+    }
+    ck_assert_int_eq(proto_hint_next(&m, &off, &out), 0);
+    /* CLEAR with no ranges. */
+    n = proto_enc_hint(buf, sizeof(buf), 78, PROTO_HINT_CLEAR, NULL, 0);
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.hint.flags, PROTO_HINT_CLEAR);
+    ck_assert_uint_eq(m.u.hint.count, 0);
+    /* Malformed. */
+    n = proto_enc_hint(buf, sizeof(buf), 79, 0, in, 3);
+    b[4] = 4;                                           /* count 4, three present */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
+    b[4] = 2;                                           /* count 2, bytes left over */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
+    b[4] = 3;
+    b[0] = 2;                                           /* unknown flag */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
+    b[0] = 0;
+    b[8 + 16] = 0;                                      /* empty path */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
+    b[8 + 16] = 200;                                    /* runs past the body */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
+    b[8 + 16] = 0;
+    b[8 + 18] = 1;                                      /* 65536 > PROTO_MAX_PATH */
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EMSGSIZE);
+    b[8 + 18] = 0;
+    b[8 + 16] = 7;
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
+    b[4] = (PROTO_MAX_HINTS + 1) & 0xff;
+    b[5] = (PROTO_MAX_HINTS + 1) >> 8;
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EMSGSIZE);
+    ck_assert_int_eq(proto_enc_hint(buf, PROTO_HDR_LEN + 4, 1, 0, in, 1), -EMSGSIZE);
+    for (size_t i = 0; i <= PROTO_MAX_HINTS; i++)
+        many[i] = in[2];
+    ck_assert_int_eq(proto_enc_hint(buf, sizeof(buf), 1, 0, many, PROTO_MAX_HINTS + 1), -EMSGSIZE);
+    ck_assert_int_gt(proto_enc_hint(buf, sizeof(buf), 1, 0, many, PROTO_MAX_HINTS), 0);
+    ck_assert_int_eq(proto_enc_hint(buf, sizeof(buf), 1, 4, in, 1), -EMSGSIZE);
+    /* A reply is bodiless. */
+    n = proto_enc_ok(buf, sizeof(buf), PROTO_OP_HINT, 5);
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
+    ck_assert_str_eq(proto_op_name(PROTO_OP_HINT), "hint");
+}
+END_TEST
+
+/* ADMIN WARMUP takes an argument up to PROTO_MAX_ADMIN_ARG; the other
+ * commands stay at PROTO_MAX_PATH. */
+START_TEST(test_admin_warmup_arg)
+{
+    static uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_BODY];
+    static char arg[PROTO_MAX_ADMIN_ARG + 1];
+    proto_msg m;
+    size_t used;
+    ssize_t n;
+
+    memset(arg, 'a', sizeof(arg));
+    n = proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, arg, PROTO_MAX_ADMIN_ARG);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.admin.len, PROTO_MAX_ADMIN_ARG);
+    ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, arg,
+                                     PROTO_MAX_ADMIN_ARG + 1), -EMSGSIZE);
+    ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_EVICT, arg,
+                                     PROTO_MAX_PATH + 1), -EMSGSIZE);
+    /* An EVICT claiming a long argument is refused by the decoder. */
+    buf[PROTO_HDR_LEN] = PROTO_ADMIN_EVICT;
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EMSGSIZE);
+}
+END_TEST
+
 START_TEST(test_bad_opcode)
 {
-    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 9, 200, 255 };
+    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 10, 200, 255 };
     uint8_t b[PROTO_HDR_LEN];
     proto_msg m;
     size_t used;
@@ -1371,6 +1471,8 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_bad_version);
     tcase_add_test(tc, test_body_len_over_max);
     tcase_add_test(tc, test_bad_opcode);
+    tcase_add_test(tc, test_hint);
+    tcase_add_test(tc, test_admin_warmup_arg);
     tcase_add_test(tc, test_reserved_and_flags);
     tcase_add_test(tc, test_bad_status);
     tcase_add_test(tc, test_body_sizes);

@@ -99,8 +99,11 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
                                a->u.readx.inline_len);
         case PROTO_OP_READ:
         case PROTO_OP_STATS:
+        case PROTO_OP_ADMIN:
             return a->u.data.len == b->u.data.len &&
                    bytes_equal(a->u.data.p, b->u.data.p, a->u.data.len);
+        case PROTO_OP_HINT:
+            return 1;
         default:
             return 0;
         }
@@ -121,6 +124,13 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
     case PROTO_OP_RELEASE:
         return a->u.release.count == b->u.release.count &&
                bytes_equal(a->u.release.ids, b->u.release.ids, (size_t)a->u.release.count * 4);
+    case PROTO_OP_ADMIN:
+        return a->u.admin.cmd == b->u.admin.cmd && a->u.admin.len == b->u.admin.len &&
+               bytes_equal(a->u.admin.arg, b->u.admin.arg, a->u.admin.len);
+    case PROTO_OP_HINT:
+        return a->u.hint.flags == b->u.hint.flags && a->u.hint.count == b->u.hint.count &&
+               a->u.hint.len == b->u.hint.len &&
+               bytes_equal(a->u.hint.ents, b->u.hint.ents, a->u.hint.len);
     default:
         return 0;
     }
@@ -200,11 +210,13 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
             CHECK(n == PROTO_ATTR_LEN);
             break;
         case PROTO_OP_CLOSE:
+        case PROTO_OP_HINT:
             CHECK(n == 0);
             break;
         case PROTO_OP_READ:
             CHECK(n <= PROTO_MAX_DATA);
             /* fall through */
+        case PROTO_OP_ADMIN:
         case PROTO_OP_STATS:
             CHECK(m->u.data.len == n && m->u.data.p == body);
             if (m->h.op == PROTO_OP_STATS)
@@ -259,6 +271,27 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
         for (uint32_t i = 0; i < m->u.release.count; i++)
             (void)proto_release_at(m, i);
         break;
+    case PROTO_OP_ADMIN:
+        CHECK(n >= 1 && m->u.admin.cmd >= 1 && m->u.admin.cmd < PROTO_ADMIN_MAX_);
+        CHECK(m->u.admin.len == n - 1 && m->u.admin.arg == (const char *)body + 1);
+        CHECK(m->u.admin.len <= (m->u.admin.cmd == PROTO_ADMIN_WARMUP ? PROTO_MAX_ADMIN_ARG
+                                                                      : PROTO_MAX_PATH));
+        break;
+    case PROTO_OP_HINT: {
+        proto_hint_ent e;
+        size_t off = 0;
+        uint32_t k = 0;
+
+        CHECK(m->u.hint.count <= PROTO_MAX_HINTS && (m->u.hint.flags & ~PROTO_HINT_CLEAR) == 0);
+        CHECK(m->u.hint.ents == body + PROTO_HINT_PREFIX && m->u.hint.len == n - PROTO_HINT_PREFIX);
+        while (proto_hint_next(m, &off, &e) == 1) {
+            CHECK(e.path_len >= 1 && e.path_len <= PROTO_MAX_PATH);
+            CHECK(inside(e.path, e.path_len, body, end));
+            k++;
+        }
+        CHECK(k == m->u.hint.count && off == m->u.hint.len);
+        break;
+    }
     default:
         CHECK(0);
     }
@@ -292,13 +325,15 @@ static ssize_t reencode(const proto_msg *m, uint8_t *buf, size_t cap)
         case PROTO_OP_OPEN:
             return proto_enc_attr(buf, cap, m->h.req_id, &m->u.attr);
         case PROTO_OP_CLOSE:
-            return proto_enc_ok(buf, cap, PROTO_OP_CLOSE, m->h.req_id);
+        case PROTO_OP_HINT:
+            return proto_enc_ok(buf, cap, m->h.op, m->h.req_id);
+        case PROTO_OP_ADMIN:
         case PROTO_OP_READ:
             if (n == 0)
-                return proto_enc_ok(buf, cap, PROTO_OP_READ, m->h.req_id);
+                return proto_enc_ok(buf, cap, m->h.op, m->h.req_id);
             if (cap < PROTO_HDR_LEN + (size_t)n)
                 return -EMSGSIZE;
-            proto_encode_hdr(buf, PROTO_OP_READ, PROTO_F_REPLY, m->h.req_id, 0, n);
+            proto_encode_hdr(buf, m->h.op, PROTO_F_REPLY, m->h.req_id, 0, n);
             memcpy(buf + PROTO_HDR_LEN, m->u.data.p, n);
             return PROTO_HDR_LEN + (ssize_t)n;
         case PROTO_OP_STATS: {
@@ -361,6 +396,18 @@ static ssize_t reencode(const proto_msg *m, uint8_t *buf, size_t cap)
         for (uint32_t i = 0; i < m->u.release.count; i++)
             ids[i] = proto_release_at(m, i);
         return proto_enc_release(buf, cap, m->h.req_id, ids, m->u.release.count);
+    }
+    case PROTO_OP_ADMIN:
+        return proto_enc_admin(buf, cap, m->h.req_id, m->u.admin.cmd, m->u.admin.arg,
+                               m->u.admin.len);
+    case PROTO_OP_HINT: {
+        static proto_hint_ent ents[PROTO_MAX_HINTS];
+        size_t off = 0;
+        uint32_t k = 0;
+
+        while (k < PROTO_MAX_HINTS && proto_hint_next(m, &off, &ents[k]) == 1)
+            k++;
+        return proto_enc_hint(buf, cap, m->h.req_id, m->u.hint.flags, ents, k);
     }
     default:
         CHECK(0);
