@@ -86,6 +86,7 @@ typedef struct wtask {
     fetch_task task;            /* first */
     wjob *job;
     int list;                   /* a LIST task */
+    uint64_t piece_bytes;       /* chunk bytes one piece of a large file covers */
     wpath *paths;
     size_t n;
     wres *res;
@@ -259,7 +260,7 @@ static void warm_file(wtask *t, const wpath *p, wres *r, uint8_t *buf, size_t bu
     r->st = sf.st;
     nchunks = ((uint64_t)sf.st.st_size + sf.chunk_size - 1) / sf.chunk_size;
     r->nchunks = nchunks;
-    r->per_task = TASK_MAX_BYTES / sf.chunk_size ? TASK_MAX_BYTES / sf.chunk_size : 1;
+    r->per_task = t->piece_bytes / sf.chunk_size ? t->piece_bytes / sf.chunk_size : 1;
     if (!wu->nvme || sf.chunk_size > bufcap) {
         /* No NVMe tier: the loop prefetches into DRAM from r->st. */
         source_file_close(&sf);
@@ -444,6 +445,8 @@ static int task_start(wjob *j, int list)
     }
     t->job = j;
     t->list = list;
+    /* Paced jobs go in small pieces, so that the pace holds within a file. */
+    t->piece_bytes = j->bw && j->bw / 4 < TASK_MAX_BYTES ? j->bw / 4 : TASK_MAX_BYTES;
     if (list) {
         t->paths[t->n++] = q_pop(&j->dirs);
     } else {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # granaryctl's operator commands against a real granaryd: health, config,
-# top, evict, invalidate, pin, unpin; admin commands refused for a user who
+# top, evict, invalidate, pin, unpin, warmup; admin commands refused for a user who
 # is neither root nor in admin_group, allowed for one in it.
 cd "$(dirname "$0")/.."
 NAME=admin
@@ -102,8 +102,16 @@ grep -q "admin commands are for root" "$dir/err"
 check "non-admin: says why" test $? -eq 0
 as_user $CTL -s "$dir/sock" pin "$dir/src/data.bin" > /dev/null 2>&1
 check "non-admin: pin refused" test $? -eq 4
+as_user $CTL -s "$dir/sock" warmup "$dir/src/data.bin" --wait > /dev/null 2>&1
+check "non-admin: warmup refused with exit 4" test $? -eq 4
+as_user $CTL -s "$dir/sock" warmup --cancel 1 > /dev/null 2>&1
+check "non-admin: warmup --cancel refused" test $? -eq 4
+as_user $CTL -s "$dir/sock" warmup --status > /dev/null
+check "non-admin: warmup --status allowed" test $? -eq 0
 as_admin $CTL -s "$dir/sock" evict "$dir/src/data.bin" > /dev/null 2> "$dir/err"
 check "admin_group member: evict allowed" test $? -eq 0
+as_admin $CTL -s "$dir/sock" warmup "$dir/src/data.bin" --wait > /dev/null 2>&1
+check "admin_group member: warmup allowed" test $? -eq 0
 
 # Health reports a vanished source root.
 mv "$dir/src" "$dir/src.gone"
