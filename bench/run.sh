@@ -10,7 +10,7 @@
 #   3. bench/local.sh  one large local file: cat, granaryctl cat, libgranary
 #   4. bench/hot.sh    DRAM-tier reads beside the page cache, memcached, Redis
 #   5. bench/sim.sh    the policy simulator's table
-# BENCH_MODE=quick (default: small datasets, about 6 minutes on 2 cores) or
+# BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
 # and the raw files of each part.  Needs root for the DFS part (namespaces,
