@@ -14,7 +14,8 @@ A thin, pure-Python binding (ctypes) of libgranary, the C client library
     c = granary.Client()                 # $GRANARY_SOCKET, else the config's socket
     blob = c.read_range("/mnt/lustre/ds/x.bin", 1 << 20, 4096)
     print(c.stats()["hits_dram"])
-    c.close()
+    c.hint(["/mnt/lustre/ds/a.jpg", ("/mnt/lustre/ds/b.tar", 0, 1 << 20)])
+    c.close()                            # (the hint list dies with the connection)
 
 Errors are :class:`OSError` with the errno the daemon gave and its one-line
 reason, so they arrive as the usual subclasses: ``FileNotFoundError``
@@ -43,7 +44,7 @@ import platform
 import threading
 import weakref
 
-from ._lib import lib as _lib, path as library_path, STATS_CB as _STATS_CB
+from ._lib import lib as _lib, path as library_path, STATS_CB as _STATS_CB, Hint as _Hint
 
 __all__ = ["Client", "GranaryFile", "open", "read_range", "stats", "default_client",
            "library_path"]
@@ -228,6 +229,74 @@ class Client:
         if _lib.gr_stats(c, fn, None) != 0:
             raise _error(c)
         return out
+
+    # -- job hints -------------------------------------------------------------
+    HINT_BATCH = 4096
+
+    def hint(self, items, batch=HINT_BATCH):
+        """Tell the daemon what this job will read next, in this order
+        (``gr_hint_append``), so that it is in DRAM when it is asked for.
+
+        ``items``: an iterable (a generator is fine) of paths (the whole
+        file) or ``(path, offset, length)`` tuples (``length`` 0: to the end
+        of the file); paths absolute, under the daemon's roots.  They are
+        appended to this connection's hint list, ``batch`` ranges per call
+        into the library.  The daemon fetches ahead of consumption (reads
+        of the hinted chunks by any connection, so DataLoader workers with
+        their own clients count) within its ``[prefetch] hint_window``,
+        keeps what it fetched until it is read, and drops the list when
+        this client closes (or forks: the child's connection has no list)
+        or on :meth:`hint_clear`.  Ranges it cannot resolve (missing,
+        outside the roots) are skipped and counted (``hint_errors``), not
+        reported here.
+
+        Returns the number of ranges sent.  Raises OSError: E2BIG when the
+        list would exceed ``[prefetch] hint_max_entries`` (earlier batches
+        stay appended), EINVAL/ENAMETOOLONG for a malformed range, ENOSYS
+        with a libgranary older than hints, and connection errors.
+        """
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        fn = getattr(_lib, "gr_hint_append", None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(_errno.ENOSYS, "libgranary has no gr_hint_append (%s)" % library_path)
+        sent = 0
+        paths, arr, n = [], (_Hint * batch)(), 0
+        for item in items:
+            if isinstance(item, (str, bytes, os.PathLike)):
+                p, off, length = item, 0, 0
+            else:
+                p, off, length = item
+                if off < 0 or length < 0:
+                    raise ValueError("negative offset or length in hint %r" % (item,))
+            b = _fspath_bytes(p)
+            paths.append(b)             # keeps the bytes alive for the call
+            arr[n].path, arr[n].off, arr[n].len = b, off, length
+            n += 1
+            if n == batch:
+                self._hint_append(arr, n)
+                sent += n
+                paths, n = [], 0
+        if n:
+            self._hint_append(arr, n)
+            sent += n
+        return sent
+
+    def _hint_append(self, arr, n):
+        c = self._handle()
+        if _lib.gr_hint_append(c, arr, n) != 0:
+            raise _error(c)
+
+    def hint_clear(self):
+        """Drop this connection's hint list (``gr_hint_clear``): the chunks
+        it held become ordinary cache entries.  Before a new epoch's order,
+        say."""
+        fn = getattr(_lib, "gr_hint_clear", None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(_errno.ENOSYS, "libgranary has no gr_hint_clear (%s)" % library_path)
+        c = self._handle()
+        if _lib.gr_hint_clear(c) != 0:
+            raise _error(c)
 
     def __repr__(self):
         state = "closed" if self._closed else "open"

@@ -15,10 +15,17 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["lib", "path", "STATS_CB"]
+__all__ = ["lib", "path", "STATS_CB", "Hint"]
 
 # int (*cb)(void *arg, const char *name, uint64_t value)
 STATS_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
+
+
+
+
+class Hint(ctypes.Structure):
+    """struct gr_hint: one hinted range (len 0: to the end of the file)."""
+    _fields_ = [("path", ctypes.c_char_p), ("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
 
 
 def _candidates():
@@ -59,8 +66,15 @@ def _bind(lib):
         "gr_close": (ctypes.c_int, [vp]),
         "gr_stats": (ctypes.c_int, [vp, STATS_CB, vp]),
         "gr_strerror_last": (cp, [vp]),
+        "gr_hint_append": (ctypes.c_int, [vp, ctypes.POINTER(Hint), sz]),
+        "gr_hint_clear": (ctypes.c_int, [vp]),
     }
+    # Newer than the rest: an older installed library lacks them, and then
+    # only Client.hint/hint_clear fail (ENOSYS), not the import.
+    optional = ("gr_hint_append", "gr_hint_clear")
     for name, (res, args) in sig.items():
+        if name in optional and not hasattr(lib, name):
+            continue
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
