@@ -14,22 +14,33 @@ has its own connection: the Client is created on first use in the process
 that reads (forked workers reconnect, since the process id is checked, and
 for the "spawn" start method the client is not pickled at all).
 
+To have each epoch's samples in DRAM before the workers ask for them, wrap
+the sampler in a :class:`HintingSampler`: at the start of every epoch it
+draws the epoch's whole index order from the wrapped sampler and sends the
+samples' files to the daemon as job hints, in that order::
+
+    sampler = HintingSampler(RandomSampler(ds), ds)
+    loader = DataLoader(ds, batch_size=256, num_workers=8, sampler=sampler)
+
 torch is optional: without it GranaryDataset is a plain class with the same
 ``__len__``/``__getitem__`` protocol (usable with any loader that takes a
-map-style dataset); with it, it subclasses ``torch.utils.data.Dataset``.
+map-style dataset) and HintingSampler a plain iterable; with it, they
+subclass ``torch.utils.data.Dataset`` and ``Sampler``.
 """
 import os
+import warnings
 
 import granary
 
 try:
-    from torch.utils.data import Dataset as _Base
+    from torch.utils.data import Dataset as _Base, Sampler as _SamplerBase
     HAVE_TORCH = True
 except ImportError:                     # torch is optional
     _Base = object
+    _SamplerBase = object
     HAVE_TORCH = False
 
-__all__ = ["GranaryDataset", "HAVE_TORCH", "list_files"]
+__all__ = ["GranaryDataset", "HintingSampler", "HAVE_TORCH", "list_files"]
 
 
 def list_files(root):
@@ -80,6 +91,15 @@ class GranaryDataset(_Base):
     def __len__(self):
         return len(self.files)
 
+    @property
+    def paths(self):
+        """The sample files, index i -> path (what HintingSampler hints)."""
+        return self.files
+
+    def hint_ranges(self, index):
+        """What reading sample ``index`` reads: its whole file."""
+        return (self.files[index],)
+
     def __getitem__(self, index):
         path = self.files[index]
         with self._get_client().open(path) as f:
@@ -98,3 +118,130 @@ class GranaryDataset(_Base):
         if self._client is not None and self._pid == os.getpid():
             self._client.close()
         self._client = None
+
+
+def _flat(order):
+    """Indices of an epoch's order, with batches (lists from a BatchSampler)
+    flattened."""
+    for x in order:
+        if isinstance(x, (list, tuple)):
+            yield from x
+        else:
+            yield x
+
+
+class HintingSampler(_SamplerBase):
+    """Wraps a sampler and sends each epoch's order to the daemon as hints.
+
+    ``sampler``: any sampler (``RandomSampler``, ``DistributedSampler``, a
+    ``BatchSampler`` used as ``batch_sampler`` ...) or iterable of indices.
+    ``dataset``: what the indices index; the ranges hinted for index i are
+    ``dataset.hint_ranges(i)`` (an iterable of paths or ``(path, offset,
+    length)`` tuples) if it has that method, else ``dataset.paths[i]``, else
+    ``dataset.files[i]``.  ``client``: the :class:`granary.Client` to hint
+    on (None: one of its own, on ``socket``).
+
+    ``iter(sampler)`` (the DataLoader calls it when an epoch starts)
+    materialises the wrapped sampler's order, clears the previous epoch's
+    hint list, appends this epoch's ranges in order, then yields the same
+    indices.  The hints live on this object's connection, which stays open
+    between epochs (the daemon drops a list when its connection closes); the
+    sampler is iterated in the main process, while DataLoader workers read
+    over their own connections (GranaryDataset), and the daemon matches
+    their reads to the list whatever connection they come on.  The list is
+    not cleared when an epoch ends (the loader's last samples may still be
+    in flight); :meth:`close` or the next epoch drops it.
+
+    Hints are advice: if sending them fails (no daemon, E2BIG ...), the
+    epoch goes on without them, with a RuntimeWarning, unless ``strict``.
+    ``last_order`` is the order of the last epoch (a list), ``hinted`` the
+    number of ranges sent for it.
+    """
+
+    def __init__(self, sampler, dataset, client=None, socket=None, strict=False,
+                 batch=granary.Client.HINT_BATCH):
+        self.sampler = sampler
+        self.dataset = dataset
+        self.socket = socket
+        self.strict = strict
+        self.batch = batch
+        self._own = client is None
+        self._client = client
+        self._pid = os.getpid() if client is not None else None
+        self.last_order = None
+        self.hinted = 0
+
+    def _get_client(self):
+        if self._client is None or self._pid != os.getpid():
+            if not self._own and self._client is not None:
+                # A Client given to us reconnects by itself after fork.
+                return self._client
+            self._client = granary.Client(self.socket)
+            self._pid = os.getpid()
+        return self._client
+
+    def _ranges(self, order):
+        ds = self.dataset
+        fn = getattr(ds, "hint_ranges", None)
+        if fn is not None:
+            for i in _flat(order):
+                yield from fn(i)
+            return
+        paths = getattr(ds, "paths", None)
+        if paths is None:
+            paths = getattr(ds, "files", None)
+        if paths is None:
+            raise TypeError("HintingSampler: the dataset has neither hint_ranges(i) nor "
+                            "paths nor files")
+        for i in _flat(order):
+            yield paths[i]
+
+    def send_hints(self, order):
+        """Replace the hint list with the ranges of ``order``; returns the
+        number sent (what ``__iter__`` does before yielding)."""
+        c = self._get_client()
+        c.hint_clear()
+        return c.hint(self._ranges(order), batch=self.batch)
+
+    def __iter__(self):
+        order = list(self.sampler)
+        self.last_order = order
+        self.hinted = 0
+        try:
+            self.hinted = self.send_hints(order)
+        except (OSError, ValueError) as e:
+            if self.strict:
+                raise
+            warnings.warn("granary: epoch not hinted: %s" % (e,), RuntimeWarning, stacklevel=2)
+        return iter(order)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def set_epoch(self, epoch):
+        """Passed on to the wrapped sampler (DistributedSampler needs it)."""
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __getstate__(self):
+        # A connection is per process and is never pickled.
+        state = self.__dict__.copy()
+        if self._own:
+            state["_client"] = None
+            state["_pid"] = None
+        return state
+
+    def close(self):
+        """Drop the hint list: close our own connection (a client given to
+        us is only cleared).  The next epoch opens a new one."""
+        c, self._client = self._client, None
+        if c is None or self._pid != os.getpid():
+            return
+        if self._own:
+            c.close()
+        else:
+            try:
+                c.hint_clear()
+            except (OSError, ValueError):
+                pass
+            self._client = c
