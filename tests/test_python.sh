@@ -1,9 +1,13 @@
 #!/bin/sh
 # The Python package (python/granary) against a real granaryd: the unittest
-# suite python/tests/test_client.py (file-object semantics against Python's
-# own files, read_range, stats, errors, fork safety, the Dataset; the
-# DataLoader test only where torch is installed), then the example training
-# loop for a few samples.  Python is Debian's, /usr/bin/python3.
+# suites python/tests/test_client.py (file-object semantics against Python's
+# own files, read_range, stats, errors, fork safety, the Dataset) and
+# python/tests/test_hints.py (Client.hint reaching the daemon, HintingSampler
+# sending each epoch's order, a 4-worker DataLoader over the cache yielding
+# exactly the dataset); the DataLoader tests only where torch is installed
+# (make test's deps.sh installs python3-torch), with a SKIP line otherwise.
+# Then the example training loop for a few samples.  Python is Debian's,
+# /usr/bin/python3.
 cd "$(dirname "$0")/.."
 NAME=py
 . tests/lib.sh
@@ -13,15 +17,17 @@ mkdir -p "$dir/src" "$dir/src/example"
 write_conf
 start_daemon
 
-GRANARY_SOCKET="$dir/sock" GRANARY_TEST_ROOT="$dir/src" PYTHONPATH=python \
-    timeout 50 $PY python/tests/test_client.py -v > "$dir/unittest.log" 2>&1
-rc=$?
-sed 's/^/    /' "$dir/unittest.log"
-check "python unittest suite (python/tests/test_client.py)" test $rc -eq 0
-grep -q "^OK" "$dir/unittest.log"
-check "python suite ran and passed" test $? -eq 0
+for suite in test_client test_hints; do
+    GRANARY_SOCKET="$dir/sock" GRANARY_TEST_ROOT="$dir/src" PYTHONPATH=python \
+        timeout 60 $PY python/tests/$suite.py -v > "$dir/$suite.log" 2>&1
+    rc=$?
+    sed 's/^/    /' "$dir/$suite.log"
+    check "python unittest suite (python/tests/$suite.py)" test $rc -eq 0
+    grep -q "^OK" "$dir/$suite.log"
+    check "python/tests/$suite.py ran and passed" test $? -eq 0
+done
 if ! $PY -c 'import torch' 2>/dev/null; then
-    echo "skip torch DataLoader test: torch not installed for $PY (Debian: python3-torch)"
+    echo "SKIP: torch DataLoader tests: torch not importable by $PY (Debian: python3-torch; scripts/deps.sh installs it)"
 fi
 
 GRANARY_SOCKET="$dir/sock" timeout 30 $PY examples/train_loop.py --data "$dir/src/example" \
