@@ -246,7 +246,7 @@ tsys = []
 for r in rows:
     if r.get("scenario") == "train" and r["system"] not in tsys:
         tsys.append(r["system"])
-extra = [c for c in ("prefetch_issued", "prefetch_used", "prefetch_wasted", "stall_us")
+extra = [c for c in ("prefetch_issued", "prefetch_used", "prefetch_wasted", "stall_microseconds")
          if any(gr_delta(r, c) is not None for r in rows if r.get("scenario") == "train")]
 p("| system | epoch | epoch s | stall fraction | MB/s | DFS MB | hints | " +
   " | ".join(extra) + (" | " if extra else "") + "epoch time / Granary + hints |")

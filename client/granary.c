@@ -24,6 +24,7 @@
  * until no gr_ref of that generation is left, or gr_disconnect.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +61,14 @@ typedef struct gr_seg {
     size_t len;
 } gr_seg;
 
+/* A segment mapping replaced by a renewed segment's (the daemon gave the
+ * segment to another uid and back): gr_refs may still point into it, so it
+ * stays until gr_disconnect. */
+typedef struct gr_stale {
+    struct gr_stale *next;
+    gr_seg seg;
+} gr_stale;
+
 /* The segment mappings of a connection that died while gr_refs pointed
  * into them. */
 typedef struct gr_retired {
@@ -77,6 +86,8 @@ struct gr_client {
     uint32_t gen;                       /* connection generation, from 1 */
     uint32_t nrefs;                     /* gr_refs holding a lease of this generation */
     gr_retired *retired;                /* older generations' mappings still referenced */
+    gr_stale *stale;                    /* replaced segment mappings */
+    int proof_fd;                       /* sent with the next request (an OPEN's access proof) */
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
     gr_seg *segs;                       /* arena segments by index */
@@ -267,7 +278,7 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
             c->segs = ns;
             c->nsegs = e.seg + 1;
         }
-        if (!c->segs[e.seg].p) {
+        if (e.flags & PROTO_EXTENT_FD) {
             struct stat st;
             void *p;
             if (next >= nfds || fstat(fds[next], &st) < 0) {
@@ -279,9 +290,23 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
                 rc = -errno;
                 break;
             }
+            if (c->segs[e.seg].p) {     /* a renewed segment: keep the old mapping */
+                gr_stale *o = malloc(sizeof(*o));
+                if (!o) {
+                    munmap(p, (size_t)st.st_size);
+                    rc = -ENOMEM;
+                    break;
+                }
+                o->seg = c->segs[e.seg];
+                o->next = c->stale;
+                c->stale = o;
+            }
             c->segs[e.seg].p = p;
             c->segs[e.seg].len = (size_t)st.st_size;
-            next++;
+            close(fds[next++]);         /* the mapping holds the memfd */
+        } else if (!c->segs[e.seg].p) {
+            rc = -EPROTO;               /* a segment we were never given */
+            break;
         }
         if (e.off > c->segs[e.seg].len || e.len > c->segs[e.seg].len - e.off)
             rc = -EPROTO;
@@ -343,11 +368,28 @@ static int recv_msg(gr_client *c, proto_msg *m)
  * Returns 0 with *m filled (m->h.status may be < 0), or -errno. */
 static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_msg *m)
 {
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { (void *)req, len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
     ssize_t n;
     int rc;
 
+    if (c->proof_fd >= 0) {
+        struct cmsghdr *cm;
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof(ctl.buf);
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &c->proof_fd, sizeof(int));
+    }
     do
-        n = send(c->fd, req, len, MSG_NOSIGNAL);
+        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
     if (n < 0)
         return errno == EAGAIN ? -ETIMEDOUT : errno == EPIPE ? -ECONNRESET : -errno;
@@ -571,6 +613,7 @@ gr_client *gr_connect(const char *socket_path)
     pthread_mutex_init(&c->lock, NULL);
     c->next_id = 1;
     c->gen = 1;
+    c->proof_fd = -1;
     rc = dial(c);
     if (rc < 0) {
         gr_disconnect(c);
@@ -585,6 +628,12 @@ void gr_disconnect(gr_client *c)
     if (!c)
         return;
     unmap_segs(c->segs, c->nsegs);
+    while (c->stale) {
+        gr_stale *o = c->stale;
+        c->stale = o->next;
+        munmap((void *)o->seg.p, o->seg.len);
+        free(o);
+    }
     while (c->retired) {
         gr_retired *r = c->retired;
         c->retired = r->next;
@@ -597,6 +646,27 @@ void gr_disconnect(gr_client *c)
     free(c);
 }
 
+/* Open path for reading as this process, the access proof an OPEN
+ * carries: the daemon hands out a file's bytes only to a client that could
+ * read it itself.  The fd, or -errno. */
+static int open_proof(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
+    return fd >= 0 ? fd : -errno;
+}
+
+/* The daemon refused an OPEN we could not prove (proof_err < 0): say why
+ * in the caller's terms. */
+static void proof_failed(gr_client *c, const char *path, int proof_err)
+{
+    char text[PROTO_MAX_ERRMSG];
+
+    snprintf(text, sizeof(text), "open %.200s: %s (the daemon serves only files you can open)",
+             path, strerror(-proof_err));
+    set_err(c, -proof_err, text, strlen(text));
+}
+
 gr_file *gr_open(gr_client *c, const char *path)
 {
     uint8_t req[PROTO_HDR_LEN + PROTO_MAX_PATH];
@@ -605,6 +675,7 @@ gr_file *gr_open(gr_client *c, const char *path)
     proto_msg m;
     uint32_t id;
     ssize_t n;
+    int rc, proof;
 
     pthread_mutex_lock(&c->lock);
     id = take_id(c);
@@ -613,8 +684,21 @@ gr_file *gr_open(gr_client *c, const char *path)
         fail(c, len == 0 ? -EINVAL : -ENAMETOOLONG);
         goto out;
     }
-    if (call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m) < 0)
+    /* Without a proof the daemon still judges the path (outside the roots,
+     * missing) and serves root; anyone else it refuses. */
+    c->proof_fd = open_proof(path);
+    proof = c->proof_fd;
+    if (c->proof_fd < 0)
+        c->proof_fd = -1;
+    rc = call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m);
+    if (c->proof_fd >= 0)
+        close(c->proof_fd);
+    c->proof_fd = -1;
+    if (rc < 0) {
+        if (proof < 0 && errno == EACCES && strstr(c->errtext, "access proof"))
+            proof_failed(c, path, proof);
         goto out;
+    }
     f = calloc(1, sizeof(*f));
     if (!f) {
         fail(c, -ENOMEM);
@@ -723,7 +807,13 @@ static int file_ready(gr_file *f, uint64_t *deadline)
         n = proto_enc_open(req, sizeof(req), id, f->path, strlen(f->path));
         if (n < 0)
             return -EINVAL;
+        c->proof_fd = open_proof(f->path);
+        if (c->proof_fd < 0)
+            c->proof_fd = -1;
         rc = call(c, req, (size_t)n, id, &m);
+        if (c->proof_fd >= 0)
+            close(c->proof_fd);
+        c->proof_fd = -1;
         if (rc < 0) {
             if (reconnect(c, rc, deadline))
                 continue;

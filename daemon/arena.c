@@ -64,6 +64,9 @@ typedef struct arena_seg {
     int32_t *next;              /* per page: free list links, valid at free heads */
     int32_t *prev;
     int32_t head[ARENA_ORDERS]; /* first free block of each order, -1 if none */
+    int64_t owner;              /* uid whose blocks it holds, ARENA_NO_OWNER */
+    uint32_t gen;               /* +1 per renewal */
+    int exposed;                /* its fd went to a client since its last renewal */
 } arena_seg;
 
 struct arena {
@@ -76,6 +79,7 @@ struct arena {
     uint64_t nfree[ARENA_ORDERS];
     uint64_t used_bytes;
     uint64_t alloc_failures;
+    uint64_t renewals;
 };
 
 
@@ -188,41 +192,58 @@ int arena_sane(const arena *a)
 }
 #endif
 
-/* Create, size, map and seal segment si. */
-static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
+/* A sealed memfd of seg_size bytes mapped read-write at *base (anywhere
+ * when *base is NULL, else replacing the mapping there).  The fd, or
+ * -errno with err set. */
+static int seg_memfd(const arena *a, uint8_t **base, char *err, size_t errlen)
 {
-    arena_seg *s = &a->segs[si];
+    int fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
     void *p;
-    int rc;
 
-    s->fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (s->fd < 0) {
+    if (fd < 0) {
         rc = -errno;
         err_set(err, errlen, "memfd_create: %s", strerror(errno));
         return rc;
     }
-    if (ftruncate(s->fd, (off_t)a->seg_size) < 0) {
+    if (ftruncate(fd, (off_t)a->seg_size) < 0) {
         rc = -errno;
         err_set(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->seg_size,
                strerror(errno));
+        close(fd);
         return rc;
     }
     /* Map before sealing: F_SEAL_FUTURE_WRITE refuses new writable
      * mappings but leaves this one working. */
-    p = mmap(NULL, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    p = mmap(*base, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | (*base ? MAP_FIXED : 0),
+             fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
+        close(fd);
         return rc;
     }
-    s->base = p;
+    *base = p;
     /* Fail closed: a kernel without F_SEAL_FUTURE_WRITE (before 5.1) says
      * EINVAL, and handing out an unsealed segment is not an option. */
-    if (fcntl(s->fd, F_ADD_SEALS, ARENA_SEALS) < 0) {
+    if (fcntl(fd, F_ADD_SEALS, ARENA_SEALS) < 0) {
         rc = -errno;
         err_set(err, errlen, "fcntl F_ADD_SEALS: %s", strerror(errno));
+        close(fd);
         return rc;
     }
+    return fd;
+}
+
+/* Create, size, map and seal segment si. */
+static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
+{
+    arena_seg *s = &a->segs[si];
+
+    s->fd = seg_memfd(a, &s->base, err, errlen);
+    if (s->fd < 0)
+        return s->fd;
+    s->owner = ARENA_NO_OWNER;
+    s->gen = 1;
     s->state = calloc(a->seg_size >> ARENA_PAGE_SHIFT, 1);
     s->next = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
     s->prev = calloc(a->seg_size >> ARENA_PAGE_SHIFT, sizeof(int32_t));
@@ -312,10 +333,11 @@ void arena_free(arena **ap)
     *ap = NULL;
 }
 
+static void take(arena *a, uint32_t si, uint32_t k, uint32_t want, arena_block *out);
+
 int arena_alloc(arena *a, uint64_t size, arena_block *out)
 {
     uint32_t want, k, si;
-    int32_t p;
 
     if (size == 0 || size > a->seg_size)
         return -EINVAL;
@@ -327,18 +349,7 @@ int arena_alloc(arena *a, uint64_t size, arena_block *out)
         return -ENOMEM;
     }
     si = seg_with(a, k);
-    p = a->segs[si].head[k];
-    list_remove(a, si, p, k);
-    while (k > want) {          /* split, keeping the lower half */
-        k--;
-        list_push(a, si, p + (int32_t)(1u << k), k);
-    }
-    a->segs[si].state[p] = (uint8_t)(ST_USED | want);
-    a->used_bytes += (uint64_t)ARENA_MIN_BLOCK << want;
-    out->seg = si;
-    out->off = (uint64_t)p << ARENA_PAGE_SHIFT;
-    out->size = (uint64_t)ARENA_MIN_BLOCK << want;
-    out->ptr = a->segs[si].base + out->off;
+    take(a, si, k, want, out);
     return 0;
 }
 
@@ -378,6 +389,101 @@ void arena_release(arena *a, const arena_block *b)
     list_push(a, si, p, k);
 }
 
+/* Take block of order want out of the free order-k block at the head of
+ * segment si's list. */
+static void take(arena *a, uint32_t si, uint32_t k, uint32_t want, arena_block *out)
+{
+    int32_t p = a->segs[si].head[k];
+
+    list_remove(a, si, p, k);
+    while (k > want) {          /* split, keeping the lower half */
+        k--;
+        list_push(a, si, p + (int32_t)(1u << k), k);
+    }
+    a->segs[si].state[p] = (uint8_t)(ST_USED | want);
+    a->used_bytes += (uint64_t)ARENA_MIN_BLOCK << want;
+    out->seg = si;
+    out->off = (uint64_t)p << ARENA_PAGE_SHIFT;
+    out->size = (uint64_t)ARENA_MIN_BLOCK << want;
+    out->ptr = a->segs[si].base + out->off;
+}
+
+/* Give the wholly free segment si to owner, renewing its memfd if another
+ * owner's clients may map it. */
+static int seg_claim(arena *a, uint32_t si, int64_t owner)
+{
+    arena_seg *s = &a->segs[si];
+    char err[128];
+    int fd;
+
+    if (s->owner != owner && s->exposed) {
+        fd = seg_memfd(a, &s->base, err, sizeof(err));
+        if (fd < 0) {
+            log_error("arena: renewing segment %" PRIu32 ": %s", si, err);
+            return fd;
+        }
+        close(s->fd);
+        s->fd = fd;
+        s->gen++;
+        s->exposed = 0;
+        a->renewals++;
+    }
+    s->owner = owner;
+    return 0;
+}
+
+int arena_alloc_for(arena *a, uint64_t size, int64_t owner, arena_block *out)
+{
+    uint32_t want;
+
+    if (size == 0 || size > a->seg_size)
+        return -EINVAL;
+    want = order_for(size);
+    for (uint32_t k = want; k <= a->max_order; k++) {
+        const uint64_t *m = avail_map(a, k);
+        if (!a->nfree[k])
+            continue;
+        for (uint32_t w = 0; w < a->words; w++)
+            for (uint64_t bits = m[w]; bits; bits &= bits - 1) {
+                uint32_t si = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                if (a->segs[si].owner == owner) {
+                    take(a, si, k, want, out);
+                    return 0;
+                }
+            }
+    }
+    /* A free block of the top order is a whole free segment. */
+    if (a->nfree[a->max_order]) {
+        const uint64_t *m = avail_map(a, a->max_order);
+        for (uint32_t w = 0; w < a->words; w++)
+            for (uint64_t bits = m[w]; bits; bits &= bits - 1) {
+                uint32_t si = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                if (seg_claim(a, si, owner) == 0) {
+                    take(a, si, a->max_order, want, out);
+                    return 0;
+                }
+            }
+    }
+    a->alloc_failures++;
+    return -ENOMEM;
+}
+
+int64_t arena_segment_owner(const arena *a, uint32_t seg)
+{
+    return seg < a->nsegs ? a->segs[seg].owner : ARENA_NO_OWNER;
+}
+
+uint32_t arena_segment_gen(const arena *a, uint32_t seg)
+{
+    return seg < a->nsegs ? a->segs[seg].gen : 0;
+}
+
+void arena_segment_exposed(arena *a, uint32_t seg)
+{
+    if (seg < a->nsegs)
+        a->segs[seg].exposed = 1;
+}
+
 int arena_segment_fd(const arena *a, uint32_t seg)
 {
     return seg < a->nsegs ? a->segs[seg].fd : -1;
@@ -399,4 +505,5 @@ void arena_get_stats(const arena *a, arena_stats *out)
     out->used_bytes = a->used_bytes;
     out->segments = a->nsegs;
     out->alloc_failures = a->alloc_failures;
+    out->renewals = a->renewals;
 }

@@ -316,7 +316,7 @@ static void set_pinned(dram *d, chunk *c, int pinned)
         d->pinned_bytes -= c->cap;
 }
 
-chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
+chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int64_t owner)
 {
     arena_block blk;
     chunk *c;
@@ -330,7 +330,7 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len)
     /* Evict until a block frees up.  A victim still leased or being sent
      * frees nothing yet, and buddies may need several victims to merge, so
      * this can take more than one.  A refused chunk displaces nothing. */
-    while ((rc = arena_alloc(d->ar, len, &blk)) == -ENOMEM && admitted) {
+    while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM && admitted) {
         policy_node *v = policy_victim(d->pol);
         if (!v)
             break;
@@ -495,4 +495,5 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->not_admitted = d->not_admitted;
     out->pinned_bytes = d->pinned_bytes;
     out->prefetch_wasted = d->prefetch_wasted;
+    out->segment_renewals = as.renewals;
 }

@@ -75,6 +75,7 @@ typedef struct dram_stats {
     uint64_t evictions;
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
     uint64_t prefetch_wasted;   /* prefetched chunks evicted before anyone asked */
+    uint64_t segment_renewals;  /* arena segments renewed on a change of owner */
 } dram_stats;
 
 /*
@@ -89,12 +90,14 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dra
  * reference must be gone.  Sets *d NULL.  NULL-safe. */
 void dram_free(dram **d);
 
-/* A new chunk (refs = 1) for len bytes, after a miss.  The policy decides
- * whether it is worth keeping (c->admitted); if so, victims are evicted until
- * an arena block can be had.  A chunk the policy refuses gets a block only
- * if one is free.  Without a block the chunk lives on the heap.  NULL only
- * on out-of-memory. */
-chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len);
+/* A new chunk (refs = 1) for len bytes, after a miss by a client of uid
+ * owner: its block comes from owner's arena segments (arena.h, tenancy),
+ * so that only owner's clients are ever handed it in shared memory.  The
+ * policy decides whether it is worth keeping (c->admitted); if so, victims
+ * are evicted until an arena block can be had.  A chunk the policy refuses
+ * gets a block only if one is free.  Without a block the chunk lives on the
+ * heap.  NULL only on out-of-memory. */
+chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int64_t owner);
 
 /* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
  * 0 or -errno with a reason in err. */

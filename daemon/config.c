@@ -82,6 +82,8 @@ static const config_key config_keys[] = {
       "info", "least severe level logged to stderr" },
     { "daemon", "max_clients", KT_INT, 0, FIELD(max_clients), 1, 65536, NULL,
       "1024", "client connections accepted at once" },
+    { "daemon", "max_clients_per_uid", KT_INT, 0, FIELD(max_clients_per_uid), 1, 65536, NULL,
+      "512", "connections one user may hold, so that one user cannot lock out the others" },
     { "daemon", "admin_group", KT_PATH, KF_EMPTY_OK, FIELD(admin_group), 0, 0, NULL,
       "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only" },
     { "daemon", "trace_file", KT_PATH, KF_EMPTY_OK, FIELD(trace_file), 0, 0, NULL,

@@ -30,6 +30,7 @@ typedef struct gr_config {
     int io_threads;            /* threads for source reads and RocksDB calls, 1..256 */
     log_level log_level;       /* error | warn | info | debug */
     int max_clients;           /* connections accepted at once, 1..65536 */
+    int max_clients_per_uid;   /* of them, from one uid */
     char trace_file[PATH_MAX]; /* chunk lookups are appended here; "" = off */
     char admin_group[64];      /* group whose members may run admin commands; "" = root only */
     /* [source] */

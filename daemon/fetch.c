@@ -413,7 +413,7 @@ static void fetch_done(wq_job *j)
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
 static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
-                       fetch_class cls, fetch_cb cb, void *arg)
+                       fetch_class cls, int64_t owner, fetch_cb cb, void *arg)
 {
     size_t b = pending_bucket(key);
     waiter *wt = NULL;
@@ -444,7 +444,7 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     }
     p = calloc(1, sizeof(*p));
     if (p)    /* sized to the chunk: a 100 KB file takes 128 KB, not a whole chunk */
-        p->c = dram_chunk_new(fx->dram, key, srcfile_chunk_len(f, idx));
+        p->c = dram_chunk_new(fx->dram, key, srcfile_chunk_len(f, idx), owner);
     if (!p || !p->c) {
         free(p);
         free(wt);
@@ -469,7 +469,7 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     fetcher_task_submit(fx, &p->task, cls);
 }
 
-void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg)
+void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb cb, void *arg)
 {
     uint8_t key[CHUNK_KEY_LEN];
     chunk *c;
@@ -491,11 +491,11 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg)
         chunk_unref(&c);
         return;
     }
-    fetch_join(fx, f, idx, key, FETCH_DEMAND, cb, arg);
+    fetch_join(fx, f, idx, key, FETCH_DEMAND, owner, cb, arg);
 }
 
-void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, fetch_cb cb,
-                      void *arg)
+void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, int64_t owner,
+                      fetch_cb cb, void *arg)
 {
     uint8_t key[CHUNK_KEY_LEN];
     chunk *c;
@@ -512,5 +512,5 @@ void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, fe
             cb(arg, c, 0, NULL);
         return;
     }
-    fetch_join(fx, f, idx, key, cls, cb, arg);
+    fetch_join(fx, f, idx, key, cls, owner, cb, arg);
 }

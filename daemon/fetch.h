@@ -80,11 +80,12 @@ void fetcher_drain(fetcher *fx);
 void fetcher_free(fetcher **fx);
 
 /*
- * Look up chunk idx of f.  cb runs exactly once: at once (before this
- * returns) on a DRAM hit, later otherwise.  f gets a reference for as long
- * as the fetch needs it.
+ * Look up chunk idx of f for a client of uid owner (a miss's DRAM block
+ * comes from owner's arena segments).  cb runs exactly once: at once
+ * (before this returns) on a DRAM hit, later otherwise.  f gets a reference
+ * for as long as the fetch needs it.
  */
-void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg);
+void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb cb, void *arg);
 
 /*
  * Prefetch chunk idx of f for class cls (not FETCH_DEMAND): into DRAM,
@@ -92,8 +93,8 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg);
  * at once if the chunk is in DRAM, else when the fetch ends.  Lookup stats
  * (hits, misses) are not counted for it.
  */
-void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, fetch_cb cb,
-                      void *arg);
+void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, int64_t owner,
+                      fetch_cb cb, void *arg);
 
 /* Queue a task of class cls for a slot; its job runs on an I/O thread when
  * one is free. */

@@ -139,6 +139,10 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
         cur->max_clients = next.max_clients;
         log_info("reload: max_clients = %d", next.max_clients);
     }
+    if (next.max_clients_per_uid != cur->max_clients_per_uid) {
+        cur->max_clients_per_uid = next.max_clients_per_uid;
+        log_info("reload: max_clients_per_uid = %d", next.max_clients_per_uid);
+    }
     if (next.attr_ttl != cur->attr_ttl) {
         cur->attr_ttl = next.attr_ttl;
         source_set_attr_ttl(r->src, next.attr_ttl);

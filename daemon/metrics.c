@@ -78,12 +78,24 @@ static int family(struct evbuffer *out, const char *name, const char *help, cons
 }
 
 /* One table row: counters get "_total" unless the name has it already
- * (connections_total), so every counter ends in _total exactly once. */
+ * (connections_total), so every counter ends in _total exactly once.  A
+ * counter kept in microseconds (NAME_microseconds) is exported in the base
+ * unit, as NAME_seconds_total. */
 static int scalar(struct evbuffer *out, const char *kind, const char *name, const char *help,
                   uint64_t v)
 {
     int counter = strcmp(kind, "counter") == 0;
     char full[128];
+
+    if (counter && ends_with(name, "_microseconds")) {
+        snprintf(full, sizeof(full), METRICS_PREFIX "%.*s_seconds_total",
+                 (int)(strlen(name) - strlen("_microseconds")), name);
+        if (family(out, full, help, "counter") < 0 ||
+            evbuffer_add_printf(out, "%s %llu.%06llu\n", full, (unsigned long long)(v / 1000000),
+                                (unsigned long long)(v % 1000000)) < 0)
+            return -1;
+        return 0;
+    }
 
     snprintf(full, sizeof(full), METRICS_PREFIX "%s%s", name,
              counter && !ends_with(name, "_total") ? "_total" : "");

@@ -177,7 +177,8 @@ static void ra_adapt(prefetcher *p)
     p->wasted_mark = ds.prefetch_wasted;
 }
 
-void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, uint64_t len)
+void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, uint64_t len,
+                        int64_t owner)
 {
     uint64_t cs = f->chunk_size, size = (uint64_t)f->st.st_size, end = off + len;
     uint64_t target, from, first, last;
@@ -208,7 +209,7 @@ void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, u
     if (last - first >= RA_MAX_CHUNKS)
         last = first + RA_MAX_CHUNKS - 1;
     for (uint64_t i = first; i <= last; i++) {
-        fetcher_prefetch(p->fx, f, i, FETCH_READAHEAD, NULL, NULL);
+        fetcher_prefetch(p->fx, f, i, FETCH_READAHEAD, owner, NULL, NULL);
         p->stats->readahead_chunks++;
     }
     ra->ra_end = (last + 1) * cs < size ? (last + 1) * cs : size;
@@ -389,7 +390,7 @@ static void pump(hint_list *l)
         r->l = l;
         r->pos = pos;
         l->refs++;
-        fetcher_prefetch(p->fx, e->f, e->idx, FETCH_HINT, hint_fetched, r);
+        fetcher_prefetch(p->fx, e->f, e->idx, FETCH_HINT, (int64_t)l->uid, hint_fetched, r);
     }
     l->pumping = 0;
 }

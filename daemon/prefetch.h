@@ -58,8 +58,10 @@ typedef struct ra_state {
     uint64_t window;            /* current window, 0: not sequential */
 } ra_state;
 
-/* A client read [off, off + len) of f through a handle with state ra. */
-void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, uint64_t len);
+/* A client of uid owner read [off, off + len) of f through a handle with
+ * state ra. */
+void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, uint64_t len,
+                        int64_t owner);
 
 /* ---- hints ---- */
 

@@ -72,7 +72,7 @@ struct conn {
     uint32_t *free_leases;      /* stack of free lease ids */
     uint32_t nleases, nfree;    /* slots allocated; ids on the stack */
     uint64_t leased_bytes;      /* arena bytes of the chunks leased */
-    uint8_t *segs_sent;         /* bitmap of arena segments whose fd was sent */
+    uint32_t *segs_sent;        /* per arena segment: the generation whose fd was sent, 0 none */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
     conn *prev, *next;
@@ -121,6 +121,7 @@ struct readreq {
 typedef struct openreq {
     wq_job job;
     conn *c;
+    int proof;                  /* the client's fd of the file, or -1 */
     uint32_t req_id;
     char *norm;
     int root;
@@ -389,16 +390,21 @@ static void handle_release(conn *c, const proto_msg *m)
 }
 
 /* Whether this client has been sent segment seg's fd; marks it sent. */
+/* 1 if segment seg's fd (its current generation) must go to c with this
+ * reply, 0 if c has it already, -1 on out-of-memory. */
 static int conn_seg_first(conn *c, uint32_t seg)
 {
+    arena *ar = dram_arena(c->srv->d.dram);
+    uint32_t gen = arena_segment_gen(ar, seg);
+
     if (!c->segs_sent) {
-        c->segs_sent = calloc((arena_segments(dram_arena(c->srv->d.dram)) + 7) / 8, 1);
+        c->segs_sent = calloc(arena_segments(ar), sizeof(*c->segs_sent));
         if (!c->segs_sent)
             return -1;
     }
-    if (c->segs_sent[seg / 8] & (1u << (seg % 8)))
+    if (c->segs_sent[seg] == gen)
         return 0;
-    c->segs_sent[seg / 8] |= (uint8_t)(1u << (seg % 8));
+    c->segs_sent[seg] = gen;
     return 1;
 }
 
@@ -432,6 +438,52 @@ static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
     conn_send(c, m);
 }
 
+/*
+ * Access proof: a client gets a handle only if it shows it could open the
+ * file itself, by passing its own read fd of it with the OPEN (libgranary
+ * does); the file behind the fd must be the one the daemon resolved.  The
+ * kernel has judged the client's credentials, ACLs and LSMs included, at
+ * its open(2).  Root needs no proof (it may read everything), but one it
+ * sends is checked all the same.  0, or -EACCES with a reason.
+ */
+static int check_proof(const conn *c, int proof, const srcfile *f, char *err, size_t errlen)
+{
+    struct stat st;
+    int fl;
+
+    if (proof < 0) {
+        if (c->uid == 0)
+            return 0;
+        snprintf(err, errlen, "access proof missing: pass your own read fd of %.200s with the "
+                 "OPEN (libgranary does)", f->path);
+        return -EACCES;
+    }
+    fl = fcntl(proof, F_GETFL);
+    if (fl < 0 || (fl & O_PATH) || ((fl & O_ACCMODE) != O_RDONLY && (fl & O_ACCMODE) != O_RDWR)) {
+        snprintf(err, errlen, "access proof refused: the fd passed is not open for reading");
+        return -EACCES;
+    }
+    if (fstat(proof, &st) < 0 || st.st_dev != f->st.st_dev || st.st_ino != f->st.st_ino) {
+        snprintf(err, errlen, "access proof refused: the fd passed is not %.200s", f->path);
+        return -EACCES;
+    }
+    return 0;
+}
+
+/* Answer an OPEN of f: a handle, or the proof's refusal. */
+static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
+{
+    char err[320];
+    int rc = check_proof(c, proof, f, err, sizeof(err));
+
+    if (rc < 0) {
+        c->srv->d.stats->access_denied++;
+        reply_error(c, PROTO_OP_OPEN, req_id, rc, err);
+        return;
+    }
+    reply_attr(c, req_id, f);
+}
+
 static void open_run(wq_job *j)
 {
     openreq *o = (openreq *)j;
@@ -456,7 +508,7 @@ static void open_done(wq_job *j)
     } else {
         f = source_install(c->srv->d.src, o->norm, o->root, &o->st, source_now());
         if (f)
-            reply_attr(c, o->req_id, f);
+            open_reply(c, o->req_id, o->proof, f);
         else
             reply_error(c, PROTO_OP_OPEN, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);
@@ -465,11 +517,13 @@ static void open_done(wq_job *j)
         latency_note(c, GR_LAT_open, o->t0);
         conn_update_events(c);
     }
+    if (o->proof >= 0)
+        close(o->proof);
     conn_unref(&o->c);
     free(o);
 }
 
-static void handle_open(conn *c, const proto_msg *m)
+static void handle_open(conn *c, const proto_msg *m, int proof)
 {
     server *s = c->srv;
     char err[256];
@@ -484,23 +538,30 @@ static void handle_open(conn *c, const proto_msg *m)
     if (rc < 0) {
         reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);
         latency_note(c, GR_LAT_open, t0);
+        if (proof >= 0)
+            close(proof);
         return;
     }
     f = source_lookup(s->d.src, norm, source_now());
     if (f) {
         s->d.stats->attr_cache_hits++;
         free(norm);
-        reply_attr(c, m->h.req_id, f);
+        open_reply(c, m->h.req_id, proof, f);
         srcfile_unref(&f);
         latency_note(c, GR_LAT_open, t0);
+        if (proof >= 0)
+            close(proof);
         return;
     }
     o = calloc(1, sizeof(*o));
     if (!o) {
         free(norm);
         reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOMEM, NULL);
+        if (proof >= 0)
+            close(proof);
         return;
     }
+    o->proof = proof;
     o->job.run = open_run;
     o->job.done = open_done;
     o->c = conn_ref(c);
@@ -591,15 +652,22 @@ static void readx_reply(conn *c, readreq *r)
         int64_t lease;
         int first;
 
-        if (!ch->ar || (lease = conn_add_lease(c, ch)) < 0)
+        /* Shared memory only from the client's own uid's segments: a
+         * chunk another uid's read brought in goes inline (copied). */
+        if (!ch->ar || arena_segment_owner(ar, ch->blk.seg) != (int64_t)c->uid ||
+            (lease = conn_add_lease(c, ch)) < 0)
             break;
         first = conn_seg_first(c, ch->blk.seg);
         if (first < 0) {
             conn_release_lease(c, (uint32_t)lease);
             break;
         }
-        if (first)
+        ext[n].flags = 0;
+        if (first) {
             m->fds[m->nfds++] = arena_segment_fd(ar, ch->blk.seg);
+            arena_segment_exposed(ar, ch->blk.seg);
+            ext[n].flags = PROTO_EXTENT_FD;
+        }
         ext[n].seg = ch->blk.seg;
         ext[n].lease = (uint32_t)lease;
         ext[n].off = ch->blk.off + from;
@@ -639,7 +707,7 @@ static void read_finish(readreq *r)
     c->inflight_bytes -= r->budget;
     if (r->stalled) {
         c->srv->d.stats->stalled_reads++;
-        c->srv->d.stats->stall_us += (latency_now() - r->t0) / 1000;
+        c->srv->d.stats->stall_microseconds += (latency_now() - r->t0) / 1000;
     }
     if (c->dead)
         ;
@@ -754,10 +822,10 @@ static void handle_read(conn *c, const proto_msg *m)
     for (unsigned i = 0; i < n; i++) {
         r->slots[i].r = r;
         r->slots[i].i = i;
-        fetcher_get(c->srv->d.fx, f, r->first + i, read_chunk_cb, &r->slots[i]);
+        fetcher_get(c->srv->d.fx, f, r->first + i, (int64_t)c->uid, read_chunk_cb, &r->slots[i]);
     }
     r->stalled = r->waiting > 1;        /* some chunk was not in DRAM */
-    prefetch_readahead(c->srv->d.pf, &c->ra[m->u.read.handle - 1], f, off, len);
+    prefetch_readahead(c->srv->d.pf, &c->ra[m->u.read.handle - 1], f, off, len, (int64_t)c->uid);
     if (--r->waiting == 0)
         read_finish(r);
 }
@@ -1172,7 +1240,7 @@ static void handle_hint(conn *c, const proto_msg *m)
 }
 
 /* Decode and act on one received message of n bytes in s->rbuf. */
-static void conn_dispatch(conn *c, size_t n, int truncated)
+static void conn_dispatch(conn *c, size_t n, int truncated, int proof)
 {
     server *s = c->srv;
     proto_msg m;
@@ -1198,6 +1266,8 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         snprintf(text, sizeof(text), "malformed request (%s)", strerror(-rc));
         log_debug("client %u: %s", c->id, text);
         reply_error(c, op ? op : PROTO_OP_HELLO, id, rc, text);
+        if (proof >= 0)
+            close(proof);
         return;
     }
     switch (m.h.op) {
@@ -1205,7 +1275,8 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         handle_hello(c, &m);
         break;
     case PROTO_OP_OPEN:
-        handle_open(c, &m);
+        handle_open(c, &m, proof);
+        proof = -1;
         break;
     case PROTO_OP_CLOSE:
         handle_close(c, &m);
@@ -1230,6 +1301,8 @@ static void conn_dispatch(conn *c, size_t n, int truncated)
         reply_error(c, m.h.op, m.h.req_id, -EOPNOTSUPP, "unknown operation");
         break;
     }
+    if (proof >= 0)
+        close(proof);             /* only an OPEN takes one */
 }
 
 static void conn_readable(conn *c)
@@ -1237,8 +1310,14 @@ static void conn_readable(conn *c)
     server *s = c->srv;
 
     for (int i = 0; i < CONN_READ_BATCH && !c->dead; i++) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * 4)];
+            struct cmsghdr align;
+        } ctl;
         struct iovec iov = { s->rbuf, sizeof(s->rbuf) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+        int proof = -1;
         ssize_t n;
 
         if (c->inflight >= CONN_MAX_INFLIGHT || c->outq_bytes >= CONN_MAX_OUTQ)
@@ -1254,7 +1333,21 @@ static void conn_readable(conn *c)
             conn_close(c);
             return;
         }
-        conn_dispatch(c, (size_t)n, (mh.msg_flags & MSG_TRUNC) != 0);
+        /* An OPEN may carry the client's own fd of the file (its access
+         * proof); keep the first fd passed, close any other. */
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+                if (proof < 0)
+                    proof = fd;
+                else
+                    close(fd);
+            }
+        }
+        conn_dispatch(c, (size_t)n, (mh.msg_flags & MSG_TRUNC) != 0, proof);
     }
     if (!c->dead)
         conn_update_events(c);
@@ -1310,6 +1403,16 @@ static void conn_close(conn *c)
     conn_unref(&c);
 }
 
+/* Connections open for uid. */
+static unsigned uid_conns(const server *s, uid_t uid)
+{
+    unsigned n = 0;
+
+    for (const conn *c = s->conns; c; c = c->next)
+        n += c->uid == uid;
+    return n;
+}
+
 static void server_accept(evutil_socket_t lfd, short what, void *arg)
 {
     server *s = arg;
@@ -1329,10 +1432,15 @@ static void server_accept(evutil_socket_t lfd, short what, void *arg)
                 log_warn("accept: %s", strerror(errno));
             return;
         }
-        if (s->nconns >= (unsigned)s->d.cfg->max_clients) {
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
+            log_warn("SO_PEERCRED: %s", strerror(errno));
+        if (s->nconns >= (unsigned)s->d.cfg->max_clients ||
+            uid_conns(s, cred.uid) >= (unsigned)s->d.cfg->max_clients_per_uid) {
             uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_ERRMSG];
             ssize_t n = proto_enc_error(buf, sizeof(buf), PROTO_OP_HELLO, 0, -EUSERS,
-                                        "too many clients (max_clients)");
+                                        s->nconns >= (unsigned)s->d.cfg->max_clients
+                                            ? "too many clients (max_clients)"
+                                            : "too many clients of this user (max_clients_per_uid)");
             if (send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
                 log_debug("refused client: %s", strerror(errno));
             close(fd);
@@ -1344,8 +1452,6 @@ static void server_accept(evutil_socket_t lfd, short what, void *arg)
             close(fd);
             continue;
         }
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
-            log_warn("SO_PEERCRED: %s", strerror(errno));
         /* Larger send buffers let a whole READ reply go out in one call;
          * the kernel caps this at net.core.wmem_max. */
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
@@ -1502,6 +1608,7 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_used_bytes = ds.used_bytes;
     out->dram_cached_bytes = ds.cached_bytes;
     out->dram_heap_fallbacks = ds.heap_fallbacks;
+    out->dram_segment_renewals = ds.segment_renewals;
     out->dram_not_admitted = ds.not_admitted;
     out->dram_pinned_bytes = ds.pinned_bytes;
     out->dram_capacity_bytes = ds.capacity_bytes;

@@ -43,12 +43,14 @@
     X(counter, hint_entries_added,   "chunks named by job hints") \
     X(counter, hint_errors,          "hinted ranges skipped: unresolvable, unreadable or past EOF") \
     X(counter, hint_skipped,         "hinted chunks dropped because the job read past them") \
-    X(counter, stall_us,             "microseconds clients waited on reads that missed DRAM") \
+    X(counter, stall_microseconds,   "microseconds clients waited on reads that missed DRAM") \
     X(counter, stalled_reads,        "reads that waited on a miss") \
     X(counter, warmup_files,         "files warmup has finished") \
     X(counter, warmup_bytes,         "bytes warmup read from the source") \
     X(counter, warmup_chunks_skipped, "chunks warmup found cached already") \
     X(counter, warmup_failed,        "files warmup could not cache") \
+    X(counter, dram_segment_renewals, "arena segments given a fresh memfd as they passed to another uid") \
+    X(counter, access_denied,        "opens refused: no or a wrong access proof (the client's own fd)") \
     X(counter, connections_total,    "client connections accepted") \
     X(counter, connections_refused,  "client connections refused (max_clients)") \
     X(gauge,   connections,          "client connections open") \

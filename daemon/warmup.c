@@ -351,7 +351,7 @@ static void warm_dram(wjob *j, const wpath *p, const wres *r)
     if (!f)
         return;
     for (uint64_t i = 0; i < r->nchunks; i++) {
-        fetcher_prefetch(wu->fx, f, i, FETCH_WARMUP, NULL, NULL);
+        fetcher_prefetch(wu->fx, f, i, FETCH_WARMUP, 0, NULL, NULL);   /* root's segments */
         j->chunks_cached++;
         j->bytes += srcfile_chunk_len(f, i);
         wu->stats->warmup_bytes += srcfile_chunk_len(f, i);

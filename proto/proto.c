@@ -249,7 +249,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
          * a reply that re-encodes differently is not one the daemon sent
          * (found by tests/fuzz/fuzz_proto.c). */
         for (uint32_t i = 0; i < ne; i++)
-            if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) != 0)
+            if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
                 return -EPROTO;
         m->u.readx.nextents = ne;
         m->u.readx.extents = b + PROTO_READX_PREFIX;
@@ -477,7 +477,7 @@ ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const prot
         put32(e + 4, ext[i].lease);
         put64(e + 8, ext[i].off);
         put32(e + 16, ext[i].len);
-        put32(e + 20, 0);
+        put32(e + 20, ext[i].flags & PROTO_EXTENT_FD);
     }
     return (ssize_t)(PROTO_HDR_LEN + fixed);
 }
@@ -566,6 +566,7 @@ void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out)
     out->lease = get32(e + 4);
     out->off = get64(e + 8);
     out->len = get32(e + 16);
+    out->flags = get32(e + 20);
 }
 
 uint32_t proto_release_at(const proto_msg *m, uint32_t i)

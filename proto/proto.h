@@ -111,13 +111,17 @@ typedef struct proto_read {
 #define PROTO_READ_LEN 16
 
 /* One extent of a READX reply: len bytes at off in arena segment seg,
- * held for the client under lease until it sends RELEASE. */
+ * held for the client under lease until it sends RELEASE.  flags
+ * PROTO_EXTENT_FD: the reply carries (SCM_RIGHTS, in extent order) an fd for
+ * seg that replaces any the client had for it. */
 typedef struct proto_extent {
     uint32_t seg;
     uint32_t lease;
     uint64_t off;
     uint32_t len;
+    uint32_t flags;
 } proto_extent;
+#define PROTO_EXTENT_FD 0x1u
 #define PROTO_EXTENT_LEN 24
 #define PROTO_READX_PREFIX 8  /* u16 nextents, u16 reserved, u32 inline_len */
 

@@ -37,7 +37,7 @@ static chunk *mk(uint8_t file, uint64_t idx, size_t size)
     chunk *c;
 
     key_for(key, file, idx);
-    c = dram_chunk_new(tier, key, size);
+    c = dram_chunk_new(tier, key, size, 0);
     ck_assert_ptr_nonnull(c);
     ck_assert_uint_eq((uintptr_t)c->data % 4096, 0);
     c->len = (uint32_t)size;
@@ -241,7 +241,7 @@ static double cyclic_hit_ratio(const char *policy_name)
                 chunk_unref(&c);
                 continue;
             }
-            c = dram_chunk_new(tier, key, 8192);
+            c = dram_chunk_new(tier, key, 8192, 0);
             ck_assert_ptr_nonnull(c);
             dram_put(tier, c);
             chunk_unref(&c);

@@ -298,8 +298,15 @@ START_TEST(test_render_every_row)
         int counter = strcmp(#kind, "counter") == 0; \
         size_t n = strlen(#field); \
         int has_total = n > 6 && strcmp(#field + n - 6, "_total") == 0; \
-        snprintf(name, sizeof(name), "granary_%s%s", #field, counter && !has_total ? "_total" : ""); \
-        ck_assert_msg(sample_value(text, name) == 1000 + i, "%s missing or wrong", name); \
+        int usec = counter && n > 13 && strcmp(#field + n - 13, "_microseconds") == 0; \
+        double v = 1000 + i; \
+        if (usec) { /* exported in seconds */ \
+            snprintf(name, sizeof(name), "granary_%.*s_seconds_total", (int)(n - 13), #field); \
+            v /= 1e6; \
+        } else { \
+            snprintf(name, sizeof(name), "granary_%s%s", #field, counter && !has_total ? "_total" : ""); \
+        } \
+        ck_assert_msg(sample_value(text, name) == v, "%s missing or wrong", name); \
         snprintf(want, sizeof(want), "# HELP %s %s\n# TYPE %s %s\n", name, help, name, \
                  counter ? "counter" : "gauge"); \
         ck_assert_msg(strstr(text, want) != NULL, "no HELP/TYPE for %s", name); \

@@ -1349,7 +1349,7 @@ START_TEST(test_readx_release)
     ck_assert_int_eq(dec(b, PROTO_HDR_LEN + PROTO_READ_LEN, &m, &used), -EMSGSIZE);
 
     for (uint32_t i = 0; i < PROTO_MAX_EXTENTS; i++)
-        ext[i] = (proto_extent){ i, 1000 + i, (uint64_t)i << 33, 4096 * (i + 1) };
+        ext[i] = (proto_extent){ i, 1000 + i, (uint64_t)i << 33, 4096 * (i + 1), i & 1 };
     n = proto_enc_readx_reply(b, sizeof(b), 11, ext, PROTO_MAX_EXTENTS, 5);
     ck_assert_int_eq(n, PROTO_HDR_LEN + PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN);
     memcpy(b + n, "hello", 5);

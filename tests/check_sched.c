@@ -172,7 +172,7 @@ START_TEST(test_demand_first)
         tt_submit(s.fx, i % 2 ? FETCH_HINT : FETCH_WARMUP, 100 + i, &done);
     ck_assert_uint_eq(fetcher_running(s.fx), 3);
     ck_assert_uint_eq(fetcher_queued(s.fx), 6);
-    fetcher_get(s.fx, s.f, 0, probe_cb, &p);
+    fetcher_get(s.fx, s.f, 0, 0, probe_cb, &p);
     ck_assert_uint_eq(fetcher_running(s.fx), 4);    /* dispatched at once */
     loop_until(&s, &p.done, 1);
     ck_assert_int_eq(p.err, 0);
@@ -196,9 +196,9 @@ START_TEST(test_promote)
     sched_init(&s, 4);
     for (int i = 0; i < 8; i++)
         tt_submit(s.fx, FETCH_WARMUP, 200 + i, &done);
-    fetcher_prefetch(s.fx, s.f, 2, FETCH_READAHEAD, NULL, NULL);
+    fetcher_prefetch(s.fx, s.f, 2, FETCH_READAHEAD, 0, NULL, NULL);
     ck_assert_uint_eq(fetcher_queued(s.fx), 6);     /* 5 warmup + the read-ahead */
-    fetcher_get(s.fx, s.f, 2, probe_cb, &p);
+    fetcher_get(s.fx, s.f, 2, 0, probe_cb, &p);
     ck_assert_uint_eq(fetcher_queued(s.fx), 5);     /* promoted out of the queue */
     loop_until(&s, &p.done, 1);
     ck_assert_int_eq(p.err, 0);

@@ -1,0 +1,243 @@
+/*
+ * isolation_probe.c - run as an unprivileged user by tests/test_isolation.sh:
+ * tries every way to the bytes of a file it may not read, through a real
+ * granaryd that another user has cached that file in.
+ *
+ *   isolation_probe SOCKET SECRET_PATH PUBLIC_PATH NEEDLE
+ *
+ * SECRET_PATH is another user's 0600 file whose bytes contain NEEDLE;
+ * PUBLIC_PATH a file this user may read.  Each check prints "ok   what" or
+ * "FAIL what"; the exit status is the number of failures (0: isolated).
+ * Checks: gr_open of the secret fails (EACCES); raw OPENs of it with no
+ * proof, with an fd of another file and with an O_PATH fd are refused; the
+ * public file reads right; every shared-memory segment this process was
+ * given (its mappings of the daemon's arena) holds no NEEDLE; none can be
+ * made writable, reopened writable, or written through its fd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "granary.h"
+#include "proto.h"
+
+static int failures;
+
+static void check(const char *what, int ok)
+{
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok)
+        failures++;
+}
+
+/* A raw connection, HELLO done: the fd, or -1. */
+static int raw_connect(const char *sock)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    uint8_t buf[PROTO_HDR_LEN + PROTO_HELLO_LEN];
+    proto_hello h = { PROTO_VERSION, PROTO_MAX_MSG, 0, 0 };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ssize_t n;
+
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        return -1;
+    n = proto_enc_hello(buf, sizeof(buf), 0, 1, &h);
+    if (send(fd, buf, (size_t)n, 0) != n || recv(fd, buf, sizeof(buf), 0) <= 0)
+        return -1;
+    return fd;
+}
+
+/* Send OPEN path with fd proof (-1: none) and return the reply's status
+ * (0 for a handle). */
+static int raw_open(int s, const char *path, int proof)
+{
+    static uint8_t buf[PROTO_MAX_MSG];
+    union {
+        char c[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { buf, 0 };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    proto_msg m;
+    size_t used;
+    ssize_t n = proto_enc_open(buf, sizeof(buf), 2, path, strlen(path));
+
+    iov.iov_len = (size_t)n;
+    if (proof >= 0) {
+        struct cmsghdr *cm;
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.c;
+        mh.msg_controllen = sizeof(ctl.c);
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &proof, sizeof(int));
+    }
+    if (sendmsg(s, &mh, 0) != n)
+        return -EIO;
+    n = recv(s, buf, sizeof(buf), 0);
+    if (n <= 0 || proto_decode(buf, (size_t)n, &m, &used) != 0)
+        return -EIO;
+    return m.h.status;
+}
+
+/* READX the first bytes of handle 1 on s; fds passed with the reply land
+ * in fds (up to 8).  Returns how many. */
+static int raw_readx_fds(int s, uint32_t handle, int *fds)
+{
+    static uint8_t buf[PROTO_MAX_MSG];
+    union {
+        char c[CMSG_SPACE(sizeof(int) * PROTO_MAX_EXTENTS)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { buf, sizeof(buf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.c, .msg_controllen = sizeof(ctl.c) };
+    proto_read r = { handle, 1 << 20, 0 };
+    ssize_t n = proto_enc_readx(buf, sizeof(buf), 3, &r);
+    int nf = 0;
+
+    if (send(s, buf, (size_t)n, 0) != n || recvmsg(s, &mh, 0) <= 0)
+        return 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nf < 8; k++)
+            memcpy(&fds[nf++], CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+    return nf;
+}
+
+/* Scan every mapping of the daemon's arena in this process for needle. */
+static int scan_mappings(const char *needle, int *nmaps)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    size_t nl = strlen(needle);
+    int found = 0;
+
+    *nmaps = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (!strstr(line, "granary-arena") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+            continue;
+        (*nmaps)++;
+        if (memmem((void *)lo, hi - lo, needle, nl))
+            found = 1;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sock, *secret, *public, *needle;
+    gr_client *c;
+    gr_file *f;
+    char *buf;
+    int s, fd, rc, nmaps, fds[8], nf;
+
+    if (argc != 5) {
+        fprintf(stderr, "usage: isolation_probe SOCKET SECRET PUBLIC NEEDLE\n");
+        return 100;
+    }
+    sock = argv[1];
+    secret = argv[2];
+    public = argv[3];
+    needle = argv[4];
+    buf = malloc(8 << 20);
+    c = gr_connect(sock);
+    if (!c || !buf) {
+        fprintf(stderr, "isolation_probe: cannot connect to %s: %s\n", sock, strerror(errno));
+        return 100;
+    }
+
+    errno = 0;
+    f = gr_open(c, secret);
+    check("gr_open of another user's 0600 file fails", f == NULL && errno == EACCES);
+    gr_close(f);
+
+    s = raw_connect(sock);
+    check("raw connection", s >= 0);
+    rc = raw_open(s, secret, -1);
+    check("raw OPEN without a proof refused (EACCES)", rc == -EACCES);
+    fd = open(public, O_RDONLY | O_CLOEXEC);
+    rc = raw_open(s, secret, fd);
+    check("raw OPEN with an fd of another file refused", rc == -EACCES);
+    close(fd);
+    fd = open(secret, O_PATH | O_CLOEXEC);
+    rc = fd >= 0 ? raw_open(s, secret, fd) : -EACCES;
+    check("raw OPEN with an O_PATH fd refused", rc == -EACCES);
+    if (fd >= 0)
+        close(fd);
+
+    /* The public file, through the library (mapping segments) and raw. */
+    f = gr_open(c, public);
+    check("gr_open of a readable file", f != NULL);
+    if (f) {
+        struct stat st;
+        int pfd = open(public, O_RDONLY | O_CLOEXEC);
+        char *want = malloc(8 << 20);
+        ssize_t n = gr_pread(f, buf, 8 << 20, 0), m = pread(pfd, want, 8 << 20, 0);
+        const void *p;
+        gr_ref *ref;
+        check("readable file: bytes right", n > 0 && n == m && memcmp(buf, want, (size_t)n) == 0);
+        check("gr_read_ref works", gr_read_ref(f, 0, 4096, &p, &ref) > 0 &&
+                                       memcmp(p, want, 4096) == 0);
+        gr_ref_release(ref);
+        fstat(pfd, &st);
+        close(pfd);
+        free(want);
+        gr_close(f);
+    }
+    check("no mapping holds the secret's bytes", !scan_mappings(needle, &nmaps));
+    printf("     (%d arena mappings scanned)\n", nmaps);
+
+    /* Raw: receive segment fds and try to write through them. */
+    fd = open(public, O_RDONLY | O_CLOEXEC);
+    nf = 0;
+    if (raw_open(s, public, fd) == 0)
+        nf = raw_readx_fds(s, 1, fds);
+    close(fd);
+    printf("     (%d segment fds received raw)\n", nf);
+    for (int i = 0; i < nf; i++) {
+        char proc[64];
+        struct stat st;
+        void *p;
+        int w;
+
+        fstat(fds[i], &st);
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+        check("segment cannot be mapped writable", p == MAP_FAILED);
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fds[i], 0);
+        check("segment maps read-only", p != MAP_FAILED);
+        if (p != MAP_FAILED) {
+            check("read-only mapping cannot be made writable",
+                  mprotect(p, (size_t)st.st_size, PROT_READ | PROT_WRITE) < 0);
+            check("segment holds no secret", !memmem(p, (size_t)st.st_size, needle, strlen(needle)));
+            munmap(p, (size_t)st.st_size);
+        }
+        check("segment cannot be written", pwrite(fds[i], "x", 1, 0) < 0);
+        check("segment cannot be resized", ftruncate(fds[i], 0) < 0);
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fds[i]);
+        w = open(proc, O_RDWR | O_CLOEXEC);
+        check("segment reopened read-write cannot be written",
+              w < 0 || pwrite(w, "x", 1, 0) < 0);
+        if (w >= 0)
+            close(w);
+        close(fds[i]);
+    }
+    check("no mapping holds the secret's bytes (after raw reads)", !scan_mappings(needle, &nmaps));
+    if (s >= 0)
+        close(s);
+    gr_disconnect(c);
+    free(buf);
+    return failures;
+}
