@@ -35,8 +35,10 @@ GRANARY_SOCKET="$dir/sock" timeout 30 $PY examples/train_loop.py --data "$dir/sr
 rc=$?
 sed 's/^/    /' "$dir/example.log"
 check "examples/train_loop.py runs" test $rc -eq 0
-grep -q "granary.*samples/s" "$dir/example.log"
-check "example read through granary" test $? -eq 0
+grep -q "granary + hints.*samples/s" "$dir/example.log"
+check "example read through granary with hints" test $? -eq 0
+grep -q "LD_PRELOAD shim.*samples/s" "$dir/example.log"
+check "example read through the LD_PRELOAD shim" test $? -eq 0
 
 kill -TERM "$pid"
 wait "$pid"

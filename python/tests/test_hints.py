@@ -277,9 +277,9 @@ class DataLoaderOverTheCache(unittest.TestCase):
         g = torch.Generator()
         g.manual_seed(11)
         sampler = HintingSampler(RandomSampler(ds, generator=g), ds, socket=SOCKET)
-        loader = DataLoader(ds, batch_size=8, num_workers=4, sampler=sampler, collate_fn=list)
         # "4 workers on a 2-core machine" is the point of this test.
         warnings.filterwarnings("ignore", message="This DataLoader will create")
+        loader = DataLoader(ds, batch_size=8, num_workers=4, sampler=sampler, collate_fn=list)
         probe = granary.Client(SOCKET)
         try:
             for epoch in range(2):
