@@ -1,31 +1,44 @@
 #!/usr/bin/python3
-"""A minimal training-style input loop, reading a synthetic image folder
-with and without Granary, and printing samples/s.
+"""A minimal training-style input loop over a synthetic image folder, read
+without Granary, through Granary, and through the LD_PRELOAD shim, printing
+samples/s.
 
     make && build/granaryd --config my.conf &        # roots must cover --data
     export GRANARY_SOCKET=/path/to/granary.sock
     PYTHONPATH=python /usr/bin/python3 examples/train_loop.py --data /mnt/dfs/synthetic
 
-    # the same loop, unmodified, through the LD_PRELOAD shim:
-    LD_PRELOAD=$PWD/build/libgranary_preload.so GRANARY_PRELOAD_ROOTS=/mnt/dfs \\
-        /usr/bin/python3 examples/train_loop.py --data /mnt/dfs/synthetic --mode plain
+Modes (--mode, several separated by commas, or "all"):
+  plain     a Dataset whose samples are read with Python's open(): the baseline
+  granary   granary.torch.GranaryDataset with a HintingSampler: each epoch's
+            shuffled order is sent to the daemon as hints before it starts
+  nohints   GranaryDataset with the plain shuffled sampler (read-ahead only)
+  preload   the "plain" loop, unmodified, in a child process started with
+            LD_PRELOAD=build/libgranary_preload.so (GRANARY_PRELOAD_ROOTS: --data)
 
 If --data is empty, it is filled with --samples files of --size random bytes
 in ImageFolder layout (class_NN/img_NNNNN.jpg; not real JPEGs).  With torch
-the loop is a DataLoader (--workers processes, --batch per batch, shuffled);
-without torch it is a plain shuffled Python loop.  The "training step" is a
-CRC of each sample, a stand-in for decode + forward.  "plain" reads with
-Python's open(); "granary" uses granary.torch.GranaryDataset.  Epoch 1 of
-granary fills the daemon's cache from the source; later epochs are hits.
+the loop is a DataLoader (--workers processes, --batch per batch, shuffled
+with a per-epoch seed, the same order in every mode); without torch it is a
+plain Python loop over the same order.  The "training step" is a CRC of each
+sample plus --step-ms of sleep per batch, a stand-in for decode and the
+GPU's forward and backward pass.
+
+The modes share the daemon: the first mode that reads through it fills its
+cache (epoch 1 is cold), later ones find it warm.  examples/compare.sh runs
+each mode against a fresh daemon on a bandwidth-limited DFS.  Each epoch
+prints one line, and one machine-readable line:
+    RESULT mode epoch samples seconds samples_per_s MB_per_s
 """
 import argparse
 import os
 import random
+import subprocess
 import sys
 import time
 import zlib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 try:
     import torch
@@ -33,6 +46,10 @@ try:
 except ImportError:
     torch = None
     Dataset = object
+
+MODES = ("plain", "granary", "nohints", "preload")
+LABELS = {"plain": "plain open()", "granary": "granary + hints", "nohints": "granary, no hints",
+          "preload": "LD_PRELOAD shim"}
 
 
 class PlainDataset(Dataset):
@@ -62,36 +79,78 @@ def make_folder(root, samples, size, classes=10):
             f.write(rnd.randbytes(size))
 
 
-def train_step(batch):
-    """Stand-in for decode + forward + backward: touch every byte."""
+def train_step(batch, step_ms):
+    """Stand-in for decode + forward + backward: touch every byte, then
+    "compute" for step_ms (the GPU's time, during which workers read on)."""
     acc = 0
     for sample in batch:
         acc = zlib.crc32(sample, acc)
+    if step_ms:
+        time.sleep(step_ms / 1000.0)
     return acc
 
 
-def run_epoch(ds, args, seed):
-    """One pass over ds; returns (samples, bytes, seconds)."""
+class EpochOrder:
+    """A shuffled order that changes with each epoch but is the same for
+    every mode (seeded by the epoch)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = list(range(self.n))
+        random.Random(1000 + self.epoch).shuffle(order)
+        return iter(order)
+
+    def __len__(self):
+        return self.n
+
+
+def run_epoch(ds, sampler, args):
+    """One pass over ds in sampler's order; returns (samples, bytes, seconds)."""
     n = nbytes = 0
     t0 = time.perf_counter()
     if torch is not None:
-        g = torch.Generator()
-        g.manual_seed(seed)
-        loader = DataLoader(ds, batch_size=args.batch, shuffle=True, generator=g,
+        loader = DataLoader(ds, batch_size=args.batch, sampler=sampler,
                             num_workers=args.workers, collate_fn=list)
-        for batch in loader:
-            train_step(batch)
-            n += len(batch)
-            nbytes += sum(len(s) for s in batch)
+        batches = iter(loader)
     else:
-        order = list(range(len(ds)))
-        random.Random(seed).shuffle(order)
-        for start in range(0, len(order), args.batch):
-            batch = [ds[i] for i in order[start:start + args.batch]]
-            train_step(batch)
-            n += len(batch)
-            nbytes += sum(len(s) for s in batch)
+        def plain_batches():
+            order = list(sampler)
+            for start in range(0, len(order), args.batch):
+                yield [ds[i] for i in order[start:start + args.batch]]
+        batches = plain_batches()
+    for batch in batches:
+        train_step(batch, args.step_ms)
+        n += len(batch)
+        nbytes += sum(len(s) for s in batch)
     return n, nbytes, time.perf_counter() - t0
+
+
+def report(mode, epoch, n, nbytes, dt):
+    print("%-20s epoch %d: %6d samples in %6.2f s: %9.0f samples/s, %7.1f MB/s" % (
+        LABELS[mode], epoch, n, dt, n / dt, nbytes / dt / 1e6))
+    print("RESULT %s %d %d %.3f %.1f %.2f" % (mode, epoch, n, dt, n / dt, nbytes / dt / 1e6))
+    sys.stdout.flush()
+
+
+def run_preload(args):
+    """The plain loop again, in a child process with the shim preloaded."""
+    shim = args.preload_lib or os.path.join(HERE, "..", "build", "libgranary_preload.so")
+    if not os.path.exists(shim):
+        print("%-20s unavailable: %s not built (make)" % (LABELS["preload"], shim))
+        return
+    env = dict(os.environ, LD_PRELOAD=os.path.abspath(shim),
+               GRANARY_PRELOAD_ROOTS=os.path.abspath(args.data))
+    cmd = [sys.executable, os.path.abspath(__file__), "--data", args.data, "--mode", "plain",
+           "--as-preload", "--epochs", str(args.epochs), "--batch", str(args.batch),
+           "--workers", str(args.workers), "--step-ms", str(args.step_ms)]
+    sys.stdout.flush()
+    subprocess.run(cmd, env=env, check=True)
 
 
 def main():
@@ -103,37 +162,55 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (with torch)")
-    ap.add_argument("--mode", choices=["plain", "granary", "both"], default="both")
+    ap.add_argument("--step-ms", type=float, default=0.0,
+                    help="simulated compute per batch, milliseconds")
+    ap.add_argument("--mode", default="all",
+                    help="comma-separated: plain, granary, nohints, preload; or all, "
+                         "or both (plain,granary)")
+    ap.add_argument("--preload-lib", help="the shim (default build/libgranary_preload.so)")
+    ap.add_argument("--as-preload", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    modes = {"all": list(MODES), "both": ["plain", "granary"]}.get(args.mode,
+                                                                    args.mode.split(","))
+    for m in modes:
+        if m not in MODES:
+            ap.error("unknown mode %r" % m)
 
     make_folder(args.data, args.samples, args.size)
     from granary.torch import list_files
     files = list_files(args.data)
-    shim = "granary_preload" in os.environ.get("LD_PRELOAD", "")
-    loop = ("torch %s DataLoader, %d workers" % (torch.__version__, args.workers)
-            if torch is not None else "plain Python loop (torch not installed)")
-    print("data: %s, %d files, %.1f MB; %s" % (
-        args.data, len(files), sum(os.path.getsize(p) for p in files) / 1e6, loop))
+    if not args.as_preload:
+        loop = ("torch %s DataLoader, %d workers" % (torch.__version__, args.workers)
+                if torch is not None else "plain Python loop (torch not installed)")
+        print("data: %s, %d files, %.1f MB; %s, batch %d, step %.0f ms" % (
+            args.data, len(files), sum(os.path.getsize(p) for p in files) / 1e6, loop,
+            args.batch, args.step_ms))
 
-    modes = ["plain", "granary"] if args.mode == "both" else [args.mode]
     for mode in modes:
-        label = mode + (" (LD_PRELOAD shim)" if mode == "plain" and shim else "")
+        if mode == "preload":
+            run_preload(args)
+            continue
+        sampler = EpochOrder(len(files))
         if mode == "plain":
             ds = PlainDataset(files)
         else:
             try:
                 import granary
-                from granary.torch import GranaryDataset
+                from granary.torch import GranaryDataset, HintingSampler
                 granary.Client().close()        # fail early and clearly without a daemon
             except (ImportError, OSError) as e:
-                print("%-26s unavailable: %s" % (label, e))
+                print("%-20s unavailable: %s" % (LABELS[mode], e))
                 continue
             ds = GranaryDataset(files)
+            if mode == "granary":
+                sampler = HintingSampler(sampler, ds)
         for epoch in range(1, args.epochs + 1):
-            n, nbytes, dt = run_epoch(ds, args, seed=epoch)
-            print("%-26s epoch %d: %6d samples in %6.2f s: %9.0f samples/s, %7.1f MB/s" % (
-                label, epoch, n, dt, n / dt, nbytes / dt / 1e6))
-        if mode == "granary":
+            sampler.set_epoch(epoch)
+            n, nbytes, dt = run_epoch(ds, sampler, args)
+            report("preload" if args.as_preload else mode, epoch, n, nbytes, dt)
+        if mode != "plain":
+            if isinstance(sampler, HintingSampler):
+                sampler.close()
             ds.close()
     return 0
 
