@@ -88,6 +88,7 @@ struct gr_client {
     gr_retired *retired;                /* older generations' mappings still referenced */
     gr_stale *stale;                    /* replaced segment mappings */
     int proof_fd;                       /* sent with the next request (an OPEN's access proof) */
+    int need_proof;                     /* the daemon wants proofs: send them from the start */
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
     gr_seg *segs;                       /* arena segments by index */
@@ -684,19 +685,31 @@ gr_file *gr_open(gr_client *c, const char *path)
         fail(c, len == 0 ? -EINVAL : -ENAMETOOLONG);
         goto out;
     }
-    /* Without a proof the daemon still judges the path (outside the roots,
-     * missing) and serves root; anyone else it refuses. */
-    c->proof_fd = open_proof(path);
-    proof = c->proof_fd;
-    if (c->proof_fd < 0)
+    /* The first OPEN goes without a proof: a daemon that wants one (the
+     * caller is not root, [daemon] access_check = fd) says ENOKEY, and from
+     * then on every OPEN on this client carries one.  A daemon that does
+     * not costs no open(2) on the file system here. */
+    proof = 0;
+    for (;;) {
+        if (c->need_proof) {
+            proof = open_proof(path);
+            c->proof_fd = proof >= 0 ? proof : -1;
+        }
+        rc = call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m);
+        if (c->proof_fd >= 0)
+            close(c->proof_fd);
         c->proof_fd = -1;
-    rc = call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m);
-    if (c->proof_fd >= 0)
-        close(c->proof_fd);
-    c->proof_fd = -1;
+        if (rc < 0 && errno == ENOKEY && !c->need_proof) {
+            c->need_proof = 1;
+            id = take_id(c);
+            n = proto_enc_open(req, sizeof(req), id, path, len);
+            continue;
+        }
+        break;
+    }
     if (rc < 0) {
-        if (proof < 0 && errno == EACCES && strstr(c->errtext, "access proof"))
-            proof_failed(c, path, proof);
+        if (errno == ENOKEY)                    /* we could not open it ourselves */
+            proof_failed(c, path, proof < 0 ? proof : -EACCES);
         goto out;
     }
     f = calloc(1, sizeof(*f));
@@ -807,17 +820,25 @@ static int file_ready(gr_file *f, uint64_t *deadline)
         n = proto_enc_open(req, sizeof(req), id, f->path, strlen(f->path));
         if (n < 0)
             return -EINVAL;
-        c->proof_fd = open_proof(f->path);
+        c->proof_fd = c->need_proof ? open_proof(f->path) : -1;
         if (c->proof_fd < 0)
             c->proof_fd = -1;
         rc = call(c, req, (size_t)n, id, &m);
         if (c->proof_fd >= 0)
             close(c->proof_fd);
         c->proof_fd = -1;
+        if (rc == 0 && m.h.status == -ENOKEY && !c->need_proof) {
+            c->need_proof = 1;              /* ask again, with a proof */
+            continue;
+        }
         if (rc < 0) {
             if (reconnect(c, rc, deadline))
                 continue;
             return conn_lost(rc) ? -ECONNRESET : rc;
+        }
+        if (m.h.status == -ENOKEY) {    /* we could not open it ourselves any more */
+            set_err(c, EACCES, NULL, 0);
+            return -EACCES;
         }
         if (m.h.status < 0) {
             /* vanished or unreadable now: as stale as it gets */

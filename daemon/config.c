@@ -63,6 +63,7 @@ typedef struct config_key {
 } config_key;
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
+static const char *const access_checks[] = { "fd", "none", NULL };
 
 /* Eviction policies each tier implements.  Add a name here when a tier
  * learns a new one; the parser, describe and dump follow. */
@@ -84,6 +85,9 @@ static const config_key config_keys[] = {
       "1024", "client connections accepted at once" },
     { "daemon", "max_clients_per_uid", KT_INT, 0, FIELD(max_clients_per_uid), 1, 65536, NULL,
       "512", "connections one user may hold, so that one user cannot lock out the others" },
+    { "daemon", "access_check", KT_CHOICE, 0, FIELD(access_check), 0, 0, access_checks,
+      "fd", "fd: serve a file only to a client that passes its own read fd of it; "
+      "none: anyone who can open the socket reads everything (single-user nodes)" },
     { "daemon", "admin_group", KT_PATH, KF_EMPTY_OK, FIELD(admin_group), 0, 0, NULL,
       "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only" },
     { "daemon", "trace_file", KT_PATH, KF_EMPTY_OK, FIELD(trace_file), 0, 0, NULL,

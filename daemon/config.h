@@ -31,6 +31,7 @@ typedef struct gr_config {
     log_level log_level;       /* error | warn | info | debug */
     int max_clients;           /* connections accepted at once, 1..65536 */
     int max_clients_per_uid;   /* of them, from one uid */
+    char access_check[8];      /* fd: OPEN needs the client's own fd of the file; none: trust the socket */
     char trace_file[PATH_MAX]; /* chunk lookups are appended here; "" = off */
     char admin_group[64];      /* group whose members may run admin commands; "" = root only */
     /* [source] */

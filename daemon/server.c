@@ -443,8 +443,10 @@ static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
  * file itself, by passing its own read fd of it with the OPEN (libgranary
  * does); the file behind the fd must be the one the daemon resolved.  The
  * kernel has judged the client's credentials, ACLs and LSMs included, at
- * its open(2).  Root needs no proof (it may read everything), but one it
- * sends is checked all the same.  0, or -EACCES with a reason.
+ * its open(2).  Root needs no proof (it may read everything), nor anyone
+ * with [daemon] access_check = none; a proof sent is checked all the same.
+ * 0; -ENOKEY when a proof is needed and none came (libgranary then sends
+ * one); -EACCES when the proof is wrong.
  */
 static int check_proof(const conn *c, int proof, const srcfile *f, char *err, size_t errlen)
 {
@@ -452,11 +454,11 @@ static int check_proof(const conn *c, int proof, const srcfile *f, char *err, si
     int fl;
 
     if (proof < 0) {
-        if (c->uid == 0)
+        if (c->uid == 0 || strcmp(c->srv->d.cfg->access_check, "none") == 0)
             return 0;
-        snprintf(err, errlen, "access proof missing: pass your own read fd of %.200s with the "
-                 "OPEN (libgranary does)", f->path);
-        return -EACCES;
+        snprintf(err, errlen, "access proof required: pass your own read fd of %.200s with "
+                 "the OPEN (libgranary does)", f->path);
+        return -ENOKEY;
     }
     fl = fcntl(proof, F_GETFL);
     if (fl < 0 || (fl & O_PATH) || ((fl & O_ACCMODE) != O_RDONLY && (fl & O_ACCMODE) != O_RDWR)) {
@@ -477,7 +479,8 @@ static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
     int rc = check_proof(c, proof, f, err, sizeof(err));
 
     if (rc < 0) {
-        c->srv->d.stats->access_denied++;
+        if (rc == -EACCES)
+            c->srv->d.stats->access_denied++;
         reply_error(c, PROTO_OP_OPEN, req_id, rc, err);
         return;
     }

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
     s = raw_connect(sock);
     check("raw connection", s >= 0);
     rc = raw_open(s, secret, -1);
-    check("raw OPEN without a proof refused (EACCES)", rc == -EACCES);
+    check("raw OPEN without a proof refused (ENOKEY: proof required)", rc == -ENOKEY);
     fd = open(public, O_RDONLY | O_CLOEXEC);
     rc = raw_open(s, secret, fd);
     check("raw OPEN with an fd of another file refused", rc == -EACCES);

@@ -110,4 +110,14 @@ check "B holds at most its share" test "$(stat_of connections)" -le 66
 wait $hog
 check "daemon alive" kill -0 "$pid"
 
+# access_check = none (a single-user node): no proof asked, B reads.
+kill "$pid"
+wait "$pid"
+pid=
+echo "[daemon]
+access_check = none" >> "$dir/g.conf"
+start_daemon
+as "$userB" $CTL -s "$dir/sock" cat "$dir/src/public" | cmp -s - "$dir/src/public"
+check "access_check = none: B reads" test $? -eq 0
+
 [ $fails -eq 0 ]
