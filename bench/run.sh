@@ -10,6 +10,9 @@
 #   3. bench/local.sh  one large local file: cat, granaryctl cat, libgranary
 #   4. bench/hot.sh    DRAM-tier reads beside the page cache, memcached, Redis
 #   5. bench/sim.sh    the policy simulator's table
+#   6. bench/warmup.sh granaryctl warmup of many small files on the DFS beside
+#                      a parallel cat of them
+#   7. bench/isolation.sh  what multi-user isolation costs on hot reads
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
@@ -21,8 +24,8 @@ mode=${BENCH_MODE:-quick}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
 export BENCH_MODE=$mode OUT
 case $mode in
-quick) local_mb=256 hot_mb=128 hot_rounds=2 ;;
-full) local_mb=1024 hot_mb=256 hot_rounds=3 ;;
+quick) local_mb=256 hot_mb=128 hot_rounds=2 warm_files=20000 ;;
+full) local_mb=1024 hot_mb=256 hot_rounds=3 warm_files=100000 ;;
 *) echo "bench: BENCH_MODE is quick or full" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
@@ -43,10 +46,12 @@ python3 bench/report.py "$OUT"
 BENCH_SIZE_MB=$local_mb bench/local.sh
 HOT_OUT=$OUT HOT_SIZE_MB=$hot_mb HOT_ROUNDS=$hot_rounds bench/hot.sh > /dev/null
 bench/sim.sh > /dev/null
+WARMUP_FILES=$warm_files bench/warmup.sh > /dev/null
+bench/isolation.sh > /dev/null
 
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim; do
+    for part in local hot sim warmup isolation; do
         echo
         cat "$OUT/$part.md"
     done

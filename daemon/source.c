@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,8 @@ struct gr_lov_user_md {
     uint8_t room_for_objects[4096];     /* the kernel appends per-stripe objects */
 };
 
+#define FS_SEEN_MAX 64                  /* distinct devices remembered */
+
 struct source {
     char roots[CONFIG_MAX_ROOTS][PATH_MAX];
     size_t rootlen[CONFIG_MAX_ROOTS];
@@ -46,6 +49,11 @@ struct source {
     uint64_t chunk_size;
     double attr_ttl;
     int have_openat2;                   /* cleared when the kernel lacks it */
+    /* Which devices are Lustre, learnt once per device (statfs is a
+     * round trip to the servers on a network filesystem): I/O threads. */
+    pthread_mutex_t fs_lock;
+    struct { dev_t dev; int lustre; } fs_seen[FS_SEEN_MAX];
+    int nfs_seen;
     /* Attribute cache: path -> current srcfile, plus an age list. */
     srcfile **buckets;
     size_t nbuckets;                    /* power of two */
@@ -75,6 +83,7 @@ int source_new(const gr_config *cfg, source **out)
     s->chunk_size = cfg->chunk_size;
     s->attr_ttl = cfg->attr_ttl;
     s->have_openat2 = 1;
+    pthread_mutex_init(&s->fs_lock, NULL);
     s->nbuckets = 1024;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
     if (!s->buckets) {
@@ -99,6 +108,7 @@ void source_free(source **sp)
         srcfile_unref(&f);
     }
     free(s->buckets);
+    pthread_mutex_destroy(&s->fs_lock);
     free(s);
     *sp = NULL;
 }
@@ -226,15 +236,42 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
     return fd;
 }
 
-/* The Lustre stripe size of an open file, or 0 (not Lustre, or the query
- * failed: then st_blksize, which Lustre sets to the stripe size anyway). */
-static uint32_t lustre_stripe(int fd)
+/* Whether the open file fd on device dev is on Lustre: fstatfs once per
+ * device, remembered. */
+static int on_lustre(source *s, int fd, dev_t dev)
 {
     struct statfs sfs;
+    int lustre = -1;
+
+    pthread_mutex_lock(&s->fs_lock);
+    for (int i = 0; i < s->nfs_seen; i++)
+        if (s->fs_seen[i].dev == dev)
+            lustre = s->fs_seen[i].lustre;
+    pthread_mutex_unlock(&s->fs_lock);
+    if (lustre >= 0)
+        return lustre;
+    if (fstatfs(fd, &sfs) < 0)
+        return 0;                       /* not remembered: asked again next time */
+    lustre = (unsigned long)sfs.f_type == LL_SUPER_MAGIC;
+    pthread_mutex_lock(&s->fs_lock);
+    if (s->nfs_seen < FS_SEEN_MAX) {
+        s->fs_seen[s->nfs_seen].dev = dev;
+        s->fs_seen[s->nfs_seen].lustre = lustre;
+        s->nfs_seen++;
+    }
+    pthread_mutex_unlock(&s->fs_lock);
+    return lustre;
+}
+
+/* The Lustre stripe size of an open file on device dev, or 0 (not Lustre,
+ * or the query failed: then st_blksize, which Lustre sets to the stripe size
+ * anyway). */
+static uint32_t lustre_stripe(source *s, int fd, dev_t dev)
+{
     struct gr_lov_user_md *lum;
     uint32_t stripe = 0;
 
-    if (fstatfs(fd, &sfs) < 0 || (unsigned long)sfs.f_type != LL_SUPER_MAGIC)
+    if (!on_lustre(s, fd, dev))
         return 0;
     lum = calloc(1, sizeof(*lum));
     if (!lum)
@@ -260,7 +297,7 @@ int source_stat(source *s, const char *norm, int root, struct stat *st, char *er
         rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
         snprintf(err, errlen, "not a regular file: %.200s", norm);
     } else {
-        uint32_t stripe = lustre_stripe(fd);
+        uint32_t stripe = lustre_stripe(s, fd, st->st_dev);
         if (stripe)
             st->st_blksize = (blksize_t)stripe;
     }
@@ -474,9 +511,9 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
 
 /* The identity of an open regular file fd (st filled), as source_install
  * would compute it. */
-static void identify(const source *s, int fd, struct stat *st, uint8_t id[SOURCE_ID_LEN])
+static void identify(source *s, int fd, struct stat *st, uint8_t id[SOURCE_ID_LEN])
 {
-    uint32_t stripe = lustre_stripe(fd);
+    uint32_t stripe = lustre_stripe(s, fd, st->st_dev);
 
     if (stripe)
         st->st_blksize = (blksize_t)stripe;
@@ -487,7 +524,7 @@ static void identify(const source *s, int fd, struct stat *st, uint8_t id[SOURCE
  * it; symlinks are not followed.  Returns 0, the first non-zero cb result,
  * or -ELOOP past WALK_MAX_DEPTH. */
 #define WALK_MAX_DEPTH 64
-static int walk_dir(const source *s, int dfd, int depth, source_walk_cb cb, void *arg)
+static int walk_dir(source *s, int dfd, int depth, source_walk_cb cb, void *arg)
 {
     DIR *d = fdopendir(dfd);
     struct dirent *de;

@@ -99,7 +99,7 @@ START_TEST(test_defaults)
 {
     ck_assert_str_eq(cfg->socket, "/run/granary/granary.sock");
     ck_assert_uint_eq(cfg->socket_mode, 0660);
-    ck_assert_int_eq(cfg->io_threads, 8);
+    ck_assert_int_eq(cfg->io_threads, 16);
     ck_assert_int_eq(cfg->log_level, LOG_INFO);
     ck_assert_int_eq(cfg->max_clients, 1024);
     ck_assert_int_eq(cfg->nroots, 1);
