@@ -100,7 +100,7 @@ start_granary() {
     cat > "$work/g.conf" <<EOF
 [daemon]
 socket = $work/gr.sock
-io_threads = 8
+io_threads = 16
 log_level = warn
 max_clients = 256
 [source]
