@@ -42,9 +42,9 @@ DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 CLIENT_SRC := client/granary.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
-# bench/kv.c is a helper (memcached and Redis clients) linked into every
-# bench program, not a program of its own.
-BENCH_LIB  := bench/kv.c
+# bench/kv.c (memcached and Redis clients) and bench/util.c (clock, random,
+# sizes) are helpers linked into every bench program, not programs of their own.
+BENCH_LIB  := bench/kv.c bench/util.c
 BENCH_SRC  := $(filter-out $(BENCH_LIB),$(wildcard bench/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))

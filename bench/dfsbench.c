@@ -56,6 +56,7 @@
 
 #include "granary.h"
 #include "kv.h"
+#include "util.h"
 
 /* Job hints are being added to libgranary as this is written: weak, so that
  * this program builds against a libgranary without them and reports
@@ -96,38 +97,6 @@ typedef struct result {
     int hints_err;                      /* errno of gr_hint_append, 0 if fine */
     char why[200];
 } result;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 0);
-
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
-    }
-    return (size_t)v;
-}
 
 /* FNV-1a: the memcached key of a path must be short and without spaces. */
 static uint64_t fnv64(const char *s)
