@@ -88,6 +88,7 @@ struct prefetcher {
     workers *w;
     gr_stats *stats;
     uint64_t ra_max, ra_cap;    /* configured cap, and the adaptive one */
+    uint64_t ra_limit;          /* an eighth of the DRAM tier: no window beyond */
     uint64_t ra_mark, used_mark, wasted_mark;
     uint64_t hint_window, hint_max;
     uint64_t window_total;      /* window_bytes over all lists */
@@ -111,6 +112,11 @@ int prefetcher_new(fetcher *fx, dram *d, source *src, workers *w, gr_stats *stat
     p->w = w;
     p->stats = stats;
     p->ra_max = p->ra_cap = 64u << 20;
+    {
+        dram_stats ds;
+        dram_get_stats(d, &ds);
+        p->ra_limit = ds.capacity_bytes / 8;
+    }
     p->hint_window = 1ull << 30;
     p->hint_max = 1u << 22;
     fetcher_set_consume_hook(fx, consume_hook, p);
@@ -200,6 +206,10 @@ void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, u
         ra->window = 4 * len > 2 * cs ? 4 * len : 2 * cs;
     if (ra->window > p->ra_cap)
         ra->window = p->ra_cap;
+    /* A window the tier cannot hold beside the readers' own chunks would
+     * evict its own read-ahead before use and read the source twice. */
+    if (ra->window > p->ra_limit)
+        ra->window = p->ra_limit;
     target = end + ra->window < size ? end + ra->window : size;
     from = ra->ra_end > end ? ra->ra_end : end;
     if (from >= target)

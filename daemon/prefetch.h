@@ -8,7 +8,8 @@
  * sequential read, and chunks up to the window past the read are fetched
  * (class FETCH_READAHEAD).  The cap on the window adapts: halved while more
  * than a quarter of what was prefetched is evicted unused, doubled back (up
- * to [prefetch] readahead_max) while almost none is.
+ * to [prefetch] readahead_max) while almost none is; and it never passes an
+ * eighth of the DRAM tier.
  *
  * Hints: a hint_list per connection holds the chunks its job will read, in
  * order.  The list is fetched ahead of the job (class FETCH_HINT) until the

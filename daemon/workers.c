@@ -118,6 +118,18 @@ void workers_submit(workers *w, wq_job *j, wq_prio prio)
     j->next = NULL;
     j->cancelled = 0;
     pthread_mutex_lock(&w->lock);
+    if (w->stopping) {
+        /* A completion run by workers_stop queued more work (a fetch's
+         * write-behind, say): cancelled, its done() runs in the drain. */
+        j->cancelled = 1;
+        if (w->done_tail)
+            w->done_tail->next = j;
+        else
+            w->done_head = j;
+        w->done_tail = j;
+        pthread_mutex_unlock(&w->lock);
+        return;
+    }
     if (w->tail[prio])
         w->tail[prio]->next = j;
     else
@@ -186,7 +198,8 @@ void workers_stop(workers **wp)
     pthread_mutex_unlock(&w->lock);
     for (int i = 0; i < w->nthreads; i++)
         pthread_join(w->threads[i], NULL);
-    if (w->wake)
+    /* Completions may submit (and so cancel) more jobs: drain to the end. */
+    while (w->wake && w->done_head)
         drain_completions(-1, 0, w);
     if (w->wake)
         event_free(w->wake);

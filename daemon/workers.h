@@ -46,7 +46,8 @@ unsigned workers_pending(workers *w, wq_prio prio);
 /* Stop: background jobs not yet started are cancelled (their done() runs
  * with j->cancelled set and run() never called), demand jobs already queued
  * still run; then the threads are joined, every outstanding done() runs on
- * the calling (loop) thread, and *w is freed and set NULL.  NULL-safe. */
+ * the calling (loop) thread, and *w is freed and set NULL.  A job submitted
+ * from one of those done()s is cancelled the same way.  NULL-safe. */
 void workers_stop(workers **w);
 
 #endif
