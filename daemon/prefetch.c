@@ -78,7 +78,6 @@ struct hint_list {
     uint64_t window_bytes;      /* fetching or held */
     uint64_t pending;           /* entries not done */
     hint_batch *bhead, *btail;  /* batches in arrival order */
-    hint_list *prev, *next;
 };
 
 struct prefetcher {
@@ -93,7 +92,6 @@ struct prefetcher {
     uint64_t hint_window, hint_max;
     uint64_t window_total;      /* window_bytes over all lists */
     uint64_t entries_total;     /* pending over all lists */
-    hint_list *lists;
     keynode *keys[KEYMAP_BUCKETS];
 };
 
@@ -454,10 +452,6 @@ hint_list *hint_list_new(prefetcher *p, uid_t uid, gid_t gid)
     l->uid = uid;
     l->gid = gid;
     l->refs = 1;
-    l->next = p->lists;
-    if (p->lists)
-        p->lists->prev = l;
-    p->lists = l;
     return l;
 }
 
@@ -484,20 +478,13 @@ static void batch_free(hint_batch *b)
 void hint_list_free(hint_list **lp)
 {
     hint_list *l = *lp;
-    prefetcher *p;
 
     if (!l)
         return;
-    p = l->p;
     list_clear(l);
     l->dead = 1;
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        p->lists = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    /* Batches not yet started are freed by their done(); unlink them. */
+    /* Batches still being resolved and fetches in flight hold references:
+     * their completions see dead and free what is theirs. */
     *lp = NULL;
     list_unref(l);
 }

@@ -52,12 +52,6 @@ static char *src_path(const char *name)
     return p;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 /* Wait (60 s at most) until every chunk read from the source has been
  * written to NVMe, or given up on. */
 static void wait_writeback(void)
@@ -67,7 +61,7 @@ static void wait_writeback(void)
                         tu_stat(&d, "nvme_writes_skipped") + tu_stat(&d, "nvme_not_admitted");
         if (done == tu_stat(&d, "source_reads"))
             return;
-        sleep_ms(10);
+        tu_sleep_ms(10);
     }
     ck_abort_msg("write-behind did not finish");
 }
@@ -314,7 +308,7 @@ START_TEST(test_shm_leases)
     gr_close(f);
     gr_disconnect(c);
     for (int i = 0; i < 200 && tu_stat(&d, "leases_active") != 0; i++)
-        sleep_ms(10);
+        tu_sleep_ms(10);
     ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
     ck_assert_uint_eq(tu_stat(&d, "leased_bytes"), 0);
     free(buf);
@@ -509,11 +503,11 @@ START_TEST(test_rewritten_file)
     /* Same size, new bytes, new mtime: only the identity tells them apart. */
     tu_write_pattern(src_path("r"), 2, 5 * CHUNK);
     utimensat(AT_FDCWD, src_path("r"), t, 0);
-    sleep_ms(300);                          /* past attr_ttl = 0.2 */
+    tu_sleep_ms(300);                          /* past attr_ttl = 0.2 */
     read_whole(c, src_path("r"), 2, 5 * CHUNK, 1 << 20);
     /* And a size change. */
     tu_write_pattern(src_path("r"), 3, 2 * CHUNK + 1);
-    sleep_ms(300);
+    tu_sleep_ms(300);
     read_whole(c, src_path("r"), 3, 2 * CHUNK + 1, 1 << 20);
     gr_disconnect(c);
 }

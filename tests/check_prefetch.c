@@ -18,12 +18,6 @@
 
 #define CHUNK (64 * 1024)
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 /* ---- against a real daemon ---- */
 
 static tu_daemon d;
@@ -63,7 +57,7 @@ static void settle(void)
         if (tu_stat(&d, "fetches_inflight") == 0 && now == last)
             return;
         last = now;
-        sleep_ms(10);
+        tu_sleep_ms(10);
     }
     ck_abort_msg("fetches did not settle");
 }
@@ -289,7 +283,7 @@ START_TEST(test_hints_disconnect_and_clear)
     ck_assert_uint_eq(tu_stat(&d, "hint_entries"), 10);
     gr_disconnect(c);
     for (int i = 0; i < 500 && tu_stat(&d, "hint_entries"); i++)
-        sleep_ms(10);
+        tu_sleep_ms(10);
     ck_assert_uint_eq(tu_stat(&d, "hint_entries"), 0);
     ck_assert_uint_eq(tu_stat(&d, "dram_pinned_bytes"), 0);
     ck_assert_uint_eq(tu_stat(&d, "hint_window_bytes"), 0);
@@ -317,7 +311,7 @@ START_TEST(test_hints_errors_and_limits)
     ck_assert_int_eq(gr_hint_append(c, bad, 4), 0);
     settle();
     for (int i = 0; i < 200 && tu_stat(&d, "hint_errors") < 3; i++)
-        sleep_ms(10);
+        tu_sleep_ms(10);
     ck_assert_uint_eq(tu_stat(&d, "hint_errors"), 3);
     ck_assert_uint_eq(tu_stat(&d, "hint_entries_added"), 1);
     for (int i = 0; i < 20; i++)

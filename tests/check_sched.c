@@ -23,12 +23,6 @@
 
 #define CHUNK (64 * 1024)
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the scheduler, in process ---- */
 
 static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,7 +39,7 @@ static void tt_run(wq_job *j)
 {
     ttask *t = (ttask *)j;
 
-    sleep_ms(20);
+    tu_sleep_ms(20);
     pthread_mutex_lock(&order_lock);
     order[norder++] = t->tag;
     pthread_mutex_unlock(&order_lock);

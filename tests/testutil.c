@@ -44,6 +44,13 @@ void tu_rmrf(const char *path)
         nftw(path, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void tu_sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+    nanosleep(&ts, NULL);
+}
+
 uint8_t tu_byte(uint32_t seed, uint64_t i)
 {
     /* A cheap mix so that every offset and seed gives a different byte and

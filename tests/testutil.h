@@ -16,6 +16,9 @@ char *tu_mkdtemp(void);
 /* rm -rf path.  NULL-safe. */
 void tu_rmrf(const char *path);
 
+/* Sleep ms milliseconds. */
+void tu_sleep_ms(long ms);
+
 /* The deterministic test pattern: byte i of file "seed" is tu_byte(seed, i). */
 uint8_t tu_byte(uint32_t seed, uint64_t i);
 
