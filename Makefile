@@ -32,13 +32,18 @@ PKGS    := libevent libevent_pthreads rocksdb libxxhash
 WARN    := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wno-unused-parameter
 CFLAGS  ?=
-CPPFLAGS += -D_GNU_SOURCE -Iproto -Idaemon -Iclient
+# Daemon headers are found by name from any of its folders (daemon/*/):
+# every header name in the tree is unique.
+DAEMON_DIRS := $(sort $(dir $(wildcard daemon/*/*.c daemon/*/*.h)))
+CPPFLAGS += -D_GNU_SOURCE -Icommon -Iproto $(addprefix -I,$(DAEMON_DIRS)) -Iclient
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
 PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 PROTO_SRC  := proto/proto.c
-DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+# common/: the helpers daemon, client and tools share (one copy each).
+COMMON_SRC := $(wildcard common/*.c)
+DAEMON_SRC := $(wildcard daemon/*/*.c)
 CLIENT_SRC := client/granary.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
@@ -75,17 +80,31 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
 
-$(LIBD): $(call obj,$(DAEMON_SRC) $(PROTO_SRC))
+$(LIBD): $(call obj,$(DAEMON_SRC) $(PROTO_SRC) $(COMMON_SRC))
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBA): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+$(LIBA): $(call obj,$(CLIENT_SRC) $(PROTO_SRC) $(COMMON_SRC))
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBSO): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
-	$(CC) -shared -Wl,-soname,libgranary.so.0 -Wl,--version-script=client/libgranary.map \
-	    -pthread $(LDSAN) -o $@ $^
+# The exported symbols are exactly the functions client/granary.h declares:
+# the version script is generated from it (common/'s gr__ helpers and
+# everything else stay local).  The real file is libgranary.so.0 (the
+# soname), with libgranary.so beside it for -lgranary, so that a program
+# linked against build/ finds its library there.
+$(B)/libgranary.map: client/granary.h
+	@mkdir -p $(dir $@)
+	{ echo 'GRANARY_0 {'; echo '    global:'; \
+	  sed -n 's/^[^ ].*[ *]\(gr_[a-z0-9_]*\)(.*/        \1;/p' $< | sort -u; \
+	  echo '    local:'; echo '        *;'; echo '};'; } > $@
+
+$(LIBSO).0: $(call obj,$(CLIENT_SRC) $(PROTO_SRC) $(COMMON_SRC)) $(B)/libgranary.map
+	$(CC) -shared -Wl,-soname,libgranary.so.0 -Wl,--version-script=$(B)/libgranary.map \
+	    -pthread $(LDSAN) -o $@ $(filter %.o,$^)
+
+$(LIBSO): $(LIBSO).0
+	ln -sf libgranary.so.0 $@
 
 # The LD_PRELOAD shim (client/preload.c) with libgranary linked in; the
 # archive's symbols are hidden so that only the wrapped libc calls are exported.
@@ -135,7 +154,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-                $(WARN) -D_GNU_SOURCE -Iproto -Idaemon
+                $(WARN) -D_GNU_SOURCE -Icommon -Iproto $(addprefix -I,$(DAEMON_DIRS))
 FUZZERS      := build/fuzz/fuzz_proto build/fuzz/fuzz_config
 
 .PHONY: fuzz fuzz-regress torture soak
@@ -155,9 +174,11 @@ build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_proto.c proto/proto.c
 
-build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c daemon/config.h daemon/log.c daemon/log.h
+FUZZ_CONFIG_SRC := tests/fuzz/fuzz_config.c daemon/core/config.c daemon/core/log.c common/ini.c \
+                   common/htab.c common/size.c
+build/fuzz/fuzz_config: $(FUZZ_CONFIG_SRC) daemon/core/config.h daemon/core/log.h common/ini.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_config.c daemon/config.c daemon/log.c
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_CONFIG_SRC)
 
 fuzz:
 	@FUZZ_CC=$(FUZZ_CC) tests/fuzz/fuzz.sh deps
@@ -196,7 +217,7 @@ install: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA)
 	install -m 0755 $(GRANARYD) $(DESTDIR)$(SBINDIR)/granaryd
 	install -m 0755 $(GRANARYCTL) $(DESTDIR)$(BINDIR)/granaryctl
 	install -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/libgranary.a
-	install -m 0755 $(LIBSO) $(DESTDIR)$(LIBDIR)/libgranary.so.0
+	install -m 0755 $(LIBSO).0 $(DESTDIR)$(LIBDIR)/libgranary.so.0
 	ln -sf libgranary.so.0 $(DESTDIR)$(LIBDIR)/libgranary.so
 	install -m 0644 client/granary.h $(DESTDIR)$(INCLUDEDIR)/granary.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \

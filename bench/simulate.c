@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../daemon/policy.c"
+#include "../daemon/tiers/policy.c"
 
 #define SIM_MAX_SIZES 32
 #define SIM_NO_NEXT UINT64_MAX

@@ -38,8 +38,11 @@
 #include <unistd.h>
 
 #include "granary.h"
-#include "granary_int.h"
+#include "clock.h"
+#include "fdpass.h"
+#include "ini.h"
 #include "proto.h"
+#include "usock.h"
 
 _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PROTO_ADMIN_INVALIDATE &&
                    GR_ADMIN_PIN == PROTO_ADMIN_PIN && GR_ADMIN_UNPIN == PROTO_ADMIN_UNPIN &&
@@ -141,56 +144,6 @@ const char *gr_strerror_last(gr_client *c)
     return c->errtext;
 }
 
-int gr__conf_get(const char *path, const char *section, const char *key, char *out,
-                 size_t outlen)
-{
-    FILE *f = fopen(path, "re");
-    char line[8192], cur[64] = "";
-    size_t klen = strlen(key);
-    int found = -1;
-
-    if (!f)
-        return -1;
-    while (found < 0 && fgets(line, sizeof(line), f)) {
-        char *p = line, *e;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == '[') {
-            e = strchr(p, ']');
-            if (e && (size_t)(e - p - 1) < sizeof(cur)) {
-                memcpy(cur, p + 1, (size_t)(e - p - 1));
-                cur[e - p - 1] = '\0';
-            }
-            continue;
-        }
-        if (strcmp(cur, section) || strncmp(p, key, klen))
-            continue;
-        p += klen;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p++ != '=')
-            continue;
-        while (*p == ' ' || *p == '\t' || *p == '"')
-            p++;
-        e = p + strcspn(p, "\"\r\n");
-        /* an inline comment starts at whitespace + '#' or ';' */
-        for (char *q = p; q < e; q++)
-            if ((*q == '#' || *q == ';') && q > p && (q[-1] == ' ' || q[-1] == '\t')) {
-                e = q;
-                break;
-            }
-        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if (e > p && (size_t)(e - p) < outlen) {
-            memcpy(out, p, (size_t)(e - p));
-            out[e - p] = '\0';
-            found = 0;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
 static int timeout_ms(void)
 {
     const char *t = getenv("GRANARY_TIMEOUT_MS");
@@ -211,14 +164,6 @@ static long reconnect_ms(void)
         return GR_RECONNECT_DEFAULT_MS;
     v = strtol(t, &e, 10);
     return *e || v < 0 ? GR_RECONNECT_DEFAULT_MS : v > 86400000 ? 86400000 : v;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Send the pending releases (a RELEASE has no reply).  A failure here is
@@ -321,47 +266,26 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
  * segments are mapped before it is returned. */
 static int recv_msg(gr_client *c, proto_msg *m)
 {
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * PROTO_MAX_EXTENTS)];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = { c->rbuf, sizeof(c->rbuf) };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
     int fds[PROTO_MAX_EXTENTS], nfds = 0;
     size_t used;
     ssize_t n;
     int rc;
 
-    do
-        n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    n = gr__recv_fds(c->fd, c->rbuf, sizeof(c->rbuf), fds, PROTO_MAX_EXTENTS, &nfds, 0, NULL);
+    if (n == -EAGAIN || n == -EWOULDBLOCK)
         return -ETIMEDOUT;
     if (n < 0)
-        return -errno;
-    if (n == 0)
+        return (int)n;
+    if (n == 0) {
+        gr__close_fds(fds, nfds);
         return -ECONNRESET;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (int i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                if (nfds < PROTO_MAX_EXTENTS)
-                    fds[nfds++] = fd;
-                else
-                    close(fd);
-            }
-        }
     }
     rc = proto_decode(c->rbuf, (size_t)n, m, &used);
     if (rc == 0 && !(m->h.flags & PROTO_F_REPLY))
         rc = -EPROTO;
     if (rc == 0 && m->h.op == PROTO_OP_READX && m->h.status == 0)
         return map_segments(c, m, fds, nfds);
-    for (int i = 0; i < nfds; i++)
-        close(fds[i]);
+    gr__close_fds(fds, nfds);
     return rc != 0 ? -EPROTO : 0;
 }
 
@@ -369,31 +293,13 @@ static int recv_msg(gr_client *c, proto_msg *m)
  * Returns 0 with *m filled (m->h.status may be < 0), or -errno. */
 static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_msg *m)
 {
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
     struct iovec iov = { (void *)req, len };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
     ssize_t n;
     int rc;
 
-    if (c->proof_fd >= 0) {
-        struct cmsghdr *cm;
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof(ctl.buf);
-        cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &c->proof_fd, sizeof(int));
-    }
-    do
-        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    n = gr__send_fds(c->fd, &iov, 1, &c->proof_fd, c->proof_fd >= 0, 0);
     if (n < 0)
-        return errno == EAGAIN ? -ETIMEDOUT : errno == EPIPE ? -ECONNRESET : -errno;
+        return n == -EAGAIN ? -ETIMEDOUT : n == -EPIPE ? -ECONNRESET : (int)n;
     for (;;) {
         rc = recv_msg(c, m);
         if (rc < 0)
@@ -443,7 +349,6 @@ static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8
  * 0; or -errno with c->fd closed (-1). */
 static int dial(gr_client *c)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
     int ms = timeout_ms();
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     uint8_t req[PROTO_HDR_LEN + PROTO_HELLO_LEN];
@@ -452,10 +357,9 @@ static int dial(gr_client *c)
     uint32_t id;
     int rc;
 
-    strcpy(sa.sun_path, c->path);
-    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        rc = -errno;
+    c->fd = gr__unix_connect(c->path, SOCK_SEQPACKET);
+    if (c->fd < 0) {
+        rc = c->fd;
         goto fail;
     }
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -543,14 +447,14 @@ static int reconnect(gr_client *c, int rc, uint64_t *deadline)
     if (!conn_lost(rc) || window == 0)
         return 0;
     if (*deadline == 0)
-        *deadline = now_ms() + (uint64_t)window;
+        *deadline = gr__now_ms() + (uint64_t)window;
     if (c->fd >= 0)
         drop_conn(c);
     for (;;) {
         struct timespec ts;
         if (dial(c) == 0)
             return 1;
-        if (now_ms() >= *deadline)
+        if (gr__now_ms() >= *deadline)
             return 0;
         ts.tv_sec = 0;
         ts.tv_nsec = (long)nap * 1000000;
@@ -596,12 +500,21 @@ gr_client *gr_connect(const char *socket_path)
     if (!socket_path || !*socket_path)
         socket_path = getenv("GRANARY_SOCKET");
     if (!socket_path || !*socket_path) {
+        /* The daemon's own reader (common/ini.h): both see the same file
+         * the same way.  No file (or one we may not read) or no key: the
+         * default socket.  A file
+         * the daemon would refuse: an error, not a guess. */
         const char *cfg = getenv("GRANARY_CONFIG");
-        if (gr__conf_get(cfg && *cfg ? cfg : GR_DEFAULT_CONFIG, "daemon", "socket", path,
-                         sizeof(path)) == 0)
+        rc = gr__ini_get(cfg && *cfg ? cfg : GR_DEFAULT_CONFIG, "daemon", "socket", path,
+                         sizeof(path), NULL, 0);
+        if (rc == 0)
             socket_path = path;
-        else
+        else if (rc == -ENOENT || rc == -EACCES)
             socket_path = GR_DEFAULT_SOCKET;
+        else {
+            errno = -rc;
+            return NULL;
+        }
     }
     if (strlen(socket_path) >= sizeof(sa.sun_path)) {
         errno = ENAMETOOLONG;

@@ -81,7 +81,8 @@
 #include <unistd.h>
 
 #include "granary.h"
-#include "granary_int.h"
+#include "clock.h"
+#include "ini.h"
 
 #define PL_MAX_ROOTS 16
 #define PL_BOUNCE (1u << 20)            /* bytes per copy_file_range/sendfile call */
@@ -176,13 +177,6 @@ static void *pl_sym(void **slot, const char *name)
 /* ------------------------------------------------------------------ */
 /* Set-up: roots, fork handling.                                       */
 
-static long long pl_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Add one root (absolute; trailing slashes dropped). */
 static void pl_add_root(const char *p, size_t len)
@@ -222,7 +216,7 @@ static int pl_roots_from_config(const char *path)
 {
     char roots[8192];
 
-    if (gr__conf_get(path, "source", "roots", roots, sizeof(roots)) < 0)
+    if (gr__ini_get(path, "source", "roots", roots, sizeof(roots), NULL, 0) < 0)
         return -1;
     pl_add_roots(roots);
     return 0;
@@ -354,7 +348,7 @@ static pl_conn *pl_conn_get(void)
         c->refs++;
     pthread_mutex_unlock(&pl.lock);
     pl_conn_free(dead);
-    if (c || pl_now() < pl.retry_at)
+    if (c || (long long)gr__now_ns() < pl.retry_at)
         return c;
 
     pl_busy++;
@@ -366,7 +360,7 @@ static pl_conn *pl_conn_get(void)
         gr_disconnect(gc);
         pl_busy--;
         pthread_mutex_lock(&pl.lock);
-        pl.retry_at = pl_now() + PL_RETRY_NS;
+        pl.retry_at = (long long)gr__now_ns() + PL_RETRY_NS;
         pthread_mutex_unlock(&pl.lock);
         return NULL;
     }

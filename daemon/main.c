@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "config.h"
 #include "fetch.h"
 #include "log.h"
@@ -31,7 +31,7 @@
 #include "server.h"
 #include "source.h"
 #include "stats.h"
-#include "store.h"
+#include "nvme.h"
 #include "warmup.h"
 #include "workers.h"
 
@@ -71,7 +71,7 @@ typedef struct reload_ctx {
     gr_config *cfg;
     source *src;
     dram *dram;
-    store *nvme;                /* NULL without an NVMe tier */
+    nvme_tier *nvme;                /* NULL without an NVMe tier */
     fetcher *fx;
     prefetcher *pf;
 } reload_ctx;
@@ -162,7 +162,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
         }
     }
     if (r->nvme && strcmp(next.nvme_policy, cur->nvme_policy)) {
-        int rc = store_set_policy(r->nvme, next.nvme_policy);
+        int rc = nvme_set_policy(r->nvme, next.nvme_policy);
         if (rc < 0) {
             log_error("reload: [nvme] policy %s: %s", next.nvme_policy, strerror(-rc));
         } else {
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     gr_config cfg;
     gr_stats stats = { 0 };
     source *src = NULL;
-    store *nvme = NULL;
+    nvme_tier *nvme = NULL;
     dram *d = NULL;
     struct event_base *base = NULL;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
@@ -250,6 +250,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind != argc) {
+        fprintf(stderr, "granaryd: unexpected argument \"%s\" (the configuration file goes "
+                "after --config)\n", argv[optind]);
         usage(stderr);
         return 2;
     }
@@ -275,20 +277,20 @@ int main(int argc, char **argv)
     if (source_new(&cfg, &src) < 0)
         goto fail;
     if (cfg.nvme_path[0]) {
-        store_config sc = {
+        nvme_config sc = {
             .path = cfg.nvme_path,
             .capacity = cfg.nvme_capacity,
             .inline_max = cfg.nvme_inline_max,
             .max_chunk = cfg.chunk_size,
             .policy = cfg.nvme_policy,
         };
-        if (store_open(&sc, &nvme, err, sizeof(err)) < 0) {
+        if (nvme_open(&sc, &nvme, err, sizeof(err)) < 0) {
             log_error("nvme tier: %s", err);
             goto fail;
         }
         {
-            store_stats ss;
-            store_get_stats(nvme, &ss);
+            nvme_stats ss;
+            nvme_get_stats(nvme, &ss);
             log_info("nvme tier %s: %llu chunks, %llu of %llu bytes", cfg.nvme_path,
                      (unsigned long long)ss.chunks, (unsigned long long)ss.used_bytes,
                      (unsigned long long)ss.capacity_bytes);
@@ -412,7 +414,7 @@ fail:
     if (base)
         event_base_free(base);
     dram_free(&d);
-    store_close(&nvme);
+    nvme_close(&nvme);
     source_free(&src);
     if (rc == 0)
         log_info("stopped");

@@ -319,10 +319,25 @@ END_TEST
 /* The first error wins and later lines are not applied. */
 START_TEST(test_first_error_wins)
 {
-    parse_fails("[daemon]\nio_threads = 8\n; fine\nio_threads = 0\nfoo = 1\nmax_clients = 7\n",
-                "granary.conf:4: [daemon] io_threads: \"0\" is not an integer between 1 and 256");
+    parse_fails("[daemon]\nio_threads = 8\n; fine\nmax_clients = 0\nfoo = 1\nlog_level = warn\n",
+                "granary.conf:4: [daemon] max_clients: \"0\" is not an integer between 1 and 65536");
     ck_assert_int_eq(cfg->io_threads, 8);
     ck_assert_int_eq(cfg->max_clients, 1024);
+    ck_assert_int_eq(cfg->log_level, LOG_INFO);
+}
+END_TEST
+
+/* A key set twice is an error, also across two headers of one section and
+ * with blanks in the brackets: a reader taking the first and one taking the
+ * last made libgranary and granaryd use different sockets (issue 13). */
+START_TEST(test_key_twice)
+{
+    parse_fails("[daemon]\nsocket = /run/a.sock\nsocket = /run/b.sock\n",
+                "granary.conf:3: \"socket\" is set twice in [daemon]");
+    parse_fails("[daemon]\nsocket = /run/a.sock\n[source]\nroots = /a\n[ daemon ]\nsocket = /b\n",
+                "granary.conf:6: \"socket\" is set twice in [daemon]");
+    ck_assert_int_eq(parse("[ daemon ]\nsocket = /run/c.sock\n"), 0);
+    ck_assert_str_eq(cfg->socket, "/run/c.sock");
 }
 END_TEST
 
@@ -666,6 +681,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_unknown);
     tcase_add_test(tc, test_syntax_errors);
     tcase_add_test(tc, test_first_error_wins);
+    tcase_add_test(tc, test_key_twice);
     tcase_add_test(tc, test_line_numbers);
     tcase_add_test(tc, test_comments);
     tcase_add_test(tc, test_quotes);

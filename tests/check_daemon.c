@@ -20,7 +20,7 @@
 
 #include "granary.h"
 #include "proto.h"
-#include "store.h"
+#include "nvme.h"
 #include "testutil.h"
 
 #define CHUNK (64 * 1024)
@@ -609,7 +609,7 @@ START_TEST(test_nvme_capacity_hard)
         int64_t du;
         snprintf(name, sizeof(name), "big%d", i);
         read_whole(c, src_path(name), 100 + (uint32_t)i, (4u << 20) - (uint32_t)i * 1000, 1 << 20);
-        du = store_disk_usage(d.nvme);
+        du = nvme_disk_usage(d.nvme);
         ck_assert_int_ge(du, 0);
         if ((uint64_t)du > max_du)
             max_du = (uint64_t)du;
@@ -617,7 +617,7 @@ START_TEST(test_nvme_capacity_hard)
                       (long long)du, (unsigned long long)cap);
     }
     wait_writeback();
-    ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
+    ck_assert_uint_le((uint64_t)nvme_disk_usage(d.nvme), cap);
     ck_assert_uint_le(tu_stat(&d, "nvme_used_bytes"), cap);
     ck_assert_uint_gt(tu_stat(&d, "evictions_nvme"), 0);
     ck_assert_uint_le(tu_stat(&d, "dram_used_bytes"), 16u << 20);
@@ -636,7 +636,7 @@ START_TEST(test_nvme_capacity_hard)
     wait_writeback();
     gr_disconnect(c);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
-    ck_assert_uint_le((uint64_t)store_disk_usage(d.nvme), cap);
+    ck_assert_uint_le((uint64_t)nvme_disk_usage(d.nvme), cap);
     boot();
     c = gr_connect(d.sock);
     read_whole(c, src_path("final"), 99, 16 * CHUNK, 1 << 20);

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "config.h"
 #include "fetch.h"
 #include "source.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store.h"
+#include "nvme.h"
 
 static double now_s(void)
 {
@@ -29,11 +29,11 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    store_config cfg = { 0 };
-    store *s = NULL;
-    store_stats st;
+    nvme_config cfg = { 0 };
+    nvme_tier *s = NULL;
+    nvme_stats st;
     char err[256];
-    uint8_t key[STORE_KEY_LEN];
+    uint8_t key[NVME_KEY_LEN];
     uint64_t chunk, count;
     void *buf;
     double t0, t1;
@@ -48,11 +48,11 @@ int main(int argc, char **argv)
     cfg.max_chunk = chunk < 65536 ? 65536 : chunk;     /* the daemon's smallest chunk_size */
     cfg.inline_max = strtoull(argv[4], NULL, 0);
     count = strtoull(argv[5], NULL, 0);
-    if (store_open(&cfg, &s, err, sizeof(err)) < 0) {
+    if (nvme_open(&cfg, &s, err, sizeof(err)) < 0) {
         fprintf(stderr, "store_open: %s\n", err);
         return 1;
     }
-    if (posix_memalign(&buf, STORE_ALIGN, (chunk + STORE_ALIGN - 1) & ~(uint64_t)(STORE_ALIGN - 1)))
+    if (posix_memalign(&buf, NVME_ALIGN, (chunk + NVME_ALIGN - 1) & ~(uint64_t)(NVME_ALIGN - 1)))
         return 1;
     srandom(42);
     for (uint64_t i = 0; i < (chunk + 3) / 4; i++)
@@ -66,25 +66,25 @@ int main(int argc, char **argv)
         for (int k = 0; k < 8; k++)
             key[16 + k] = (uint8_t)((i % 1024) >> (8 * (7 - k)));
         ((uint64_t *)buf)[0] = i;               /* distinct bytes per chunk */
-        rc = store_put(s, key, buf, chunk);
+        rc = nvme_put(s, key, buf, chunk);
         if (rc < 0 && rc != -ECANCELED) {
             fprintf(stderr, "store_put %llu: %d\n", (unsigned long long)i, rc);
             return 1;
         }
     }
     t1 = now_s();
-    store_close(&s);
+    nvme_close(&s);
     t0 = t1 - t0;
     t1 = now_s();
-    if (store_open(&cfg, &s, err, sizeof(err)) < 0) {
+    if (nvme_open(&cfg, &s, err, sizeof(err)) < 0) {
         fprintf(stderr, "store_open again: %s\n", err);
         return 1;
     }
     t1 = now_s() - t1;
-    store_get_stats(s, &st);
+    nvme_get_stats(s, &st);
     printf("chunks=%llu bytes=%llu fill_s=%.2f open_s=%.3f\n", (unsigned long long)st.chunks,
            (unsigned long long)(st.chunks * chunk), t0, t1);
-    store_close(&s);
+    nvme_close(&s);
     free(buf);
     return 0;
 }

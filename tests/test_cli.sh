@@ -63,7 +63,8 @@ check "--help" test $? -eq 0
 # SIGHUP: live keys apply, others are named as needing a restart, a broken
 # file changes nothing; the daemon keeps serving throughout.
 cp "$dir/g.conf" "$dir/g.conf.orig"
-printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\nchunk_size = 2M\n[dram]\npolicy = epoch\n[nvme]\npolicy = s3fifo\n' >> "$dir/g.conf"
+printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\nchunk_size = 2M\n[dram]\npolicy = epoch\n[nvme]\npolicy = s3fifo\n' > "$dir/g.conf.add"
+merge_conf "$dir/g.conf.orig" "$dir/g.conf.add" > "$dir/g.conf"
 kill -HUP "$pid"
 sleep 0.5
 grep -q "reload: log_level = debug" "$dir/log"
@@ -93,4 +94,35 @@ pid=
 check "socket removed" test ! -e "$dir/sock"
 grep -q "^granaryd info: stopped" "$dir/log"
 check "logged its stop" test $? -eq 0
+
+# The socket path never destroys what is there (issue 13): a typo naming
+# a regular file leaves it alone, and the daemon says why it won't start.
+printf 'keep me\n' > "$dir/important"
+sed "s|^socket = .*|socket = $dir/important|" "$dir/g.conf.orig" > "$dir/typo.conf"
+timeout 10 $GRANARYD --config "$dir/typo.conf" 2>"$dir/typo.log"
+check "socket = a regular file: refused" test $? -ne 0
+check "socket = a regular file: left alone" grep -qx "keep me" "$dir/important"
+check "socket = a regular file: reason given" grep -q "not a socket" "$dir/typo.log"
+
+# Client and daemon read one configuration the same way (issue 13):
+# "[ daemon ]" with blanks, the socket found through $GRANARY_CONFIG.
+sed "s|^\[daemon\]|[ daemon ]|; s|^socket = .*|socket = $dir/sock2|" "$dir/g.conf.orig" \
+    > "$dir/blank.conf"
+$GRANARYD --config "$dir/blank.conf" 2>>"$dir/log" &
+pid=$!
+i=0
+while [ ! -S "$dir/sock2" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+env -u GRANARY_SOCKET GRANARY_CONFIG="$dir/blank.conf" $CTL stats >/dev/null 2>&1
+check "[ daemon ]: granaryctl finds the daemon's socket" test $? -eq 0
+kill -TERM "$pid"
+wait "$pid"
+pid=
+# A key set twice: the daemon refuses to start, and the client refuses to
+# guess which line the daemon would have taken.
+printf '[daemon]\nsocket = %s/sock3\n' "$dir" >> "$dir/blank.conf"
+$GRANARYD --check-config --config "$dir/blank.conf" >/dev/null 2>"$dir/twice.log"
+check "a key set twice: daemon refuses" test $? -ne 0
+check "a key set twice: says so" grep -q "set twice" "$dir/twice.log"
+env -u GRANARY_SOCKET GRANARY_CONFIG="$dir/blank.conf" $CTL stats >/dev/null 2>&1
+check "a key set twice: granaryctl refuses too" test $? -ne 0
 [ $fails -eq 0 ]

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "ini.h"
 #include "testutil.h"
 
 char *tu_mkdtemp(void)
@@ -97,8 +98,41 @@ int tu_check_pattern(const void *buf, uint32_t seed, uint64_t off, size_t len)
 
 /* ---- daemon ---- */
 
+/* A configuration as (section, key, value) triples, for merging. */
+typedef struct tu_conf {
+    char (*sec)[64], (*key)[64], (*val)[1024];
+    int n;
+} tu_conf;
+
+static int tu_conf_cb(void *arg, const char *section, const char *key, const char *value,
+                      char *msg, size_t msglen)
+{
+    tu_conf *c = arg;
+    int i;
+
+    (void)msg;
+    (void)msglen;
+    if (!key)
+        return 0;
+    for (i = 0; i < c->n; i++)
+        if (!strcmp(c->sec[i], section) && !strcmp(c->key[i], key))
+            break;
+    if (i == c->n) {
+        if (c->n == 256)
+            abort();
+        snprintf(c->sec[i], sizeof(c->sec[i]), "%s", section);
+        snprintf(c->key[i], sizeof(c->key[i]), "%s", key);
+        c->n++;
+    }
+    snprintf(c->val[i], sizeof(c->val[i]), "%s", value);
+    return 0;
+}
+
 void tu_daemon_init(tu_daemon *d, const char *extra)
 {
+    static char sec[256][64], key[256][64], val[256][1024];
+    tu_conf c = { sec, key, val, 0 };
+    char base[4096], err[256];
     FILE *f;
 
     memset(d, 0, sizeof(*d));
@@ -110,18 +144,35 @@ void tu_daemon_init(tu_daemon *d, const char *extra)
     snprintf(d->conf, sizeof(d->conf), "%s/granary.conf", d->dir);
     snprintf(d->log, sizeof(d->log), "%s/granaryd.log", d->dir);
     mkdir(d->src, 0755);
+    snprintf(base, sizeof(base),
+             "[daemon]\nsocket = %s\nlog_level = debug\nio_threads = 4\n"
+             "[source]\nroots = %s\nchunk_size = 64K\nattr_ttl = 0.2\n"
+             "[dram]\ncapacity = 8M\n"
+             "[nvme]\npath = %s\ncapacity = 64M\ninline_max = 16K\n"
+             "[metrics]\nlisten =\n",
+             d->sock, d->src, d->nvme);
+    /* The extra lines' keys replace the base's (granaryd refuses a key
+     * set twice), through the daemon's own reader. */
+    if (gr__ini_parse(base, strlen(base), "base", tu_conf_cb, &c, err, sizeof(err)) < 0 ||
+        (extra && gr__ini_parse(extra, strlen(extra), "extra", tu_conf_cb, &c, err,
+                                sizeof(err)) < 0)) {
+        fprintf(stderr, "tu_daemon_init: %s\n", err);
+        abort();
+    }
     f = fopen(d->conf, "w");
     if (!f)
         abort();
-    fprintf(f,
-            "[daemon]\nsocket = %s\nlog_level = debug\nio_threads = 4\n"
-            "[source]\nroots = %s\nchunk_size = 64K\nattr_ttl = 0.2\n"
-            "[dram]\ncapacity = 8M\n"
-            "[nvme]\npath = %s\ncapacity = 64M\ninline_max = 16K\n"
-            "[metrics]\nlisten =\n",
-            d->sock, d->src, d->nvme);
-    if (extra)
-        fputs(extra, f);
+    for (int i = 0; i < c.n; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= strcmp(c.sec[j], c.sec[i]) != 0;
+        if (!first)
+            continue;
+        fprintf(f, "[%s]\n", c.sec[i]);
+        for (int j = i; j < c.n; j++)
+            if (!strcmp(c.sec[j], c.sec[i]))
+                fprintf(f, "%s = \"%s\"\n", c.key[j], c.val[j]);
+    }
     fclose(f);
 }
 

@@ -13,7 +13,7 @@
 #   fuzz.sh regress          run each target once over every file in
 #                            tests/fuzz/corpus/<target>/ and tests/fuzz/regress/<target>/
 #
-# Targets: proto (fuzz_proto: proto/proto.c), config (fuzz_config: daemon/config.c).
+# Targets: proto (fuzz_proto: proto/proto.c), config (fuzz_config: daemon/core/config.c).
 # A finding: fix the code, then copy the crash input into
 # tests/fuzz/regress/<target>/ under a name that says what it was.
 set -u

@@ -1,5 +1,5 @@
 /*
- * cache.h - chunks in memory and the DRAM tier that keeps them.
+ * dram.h - chunks in memory and the DRAM tier that keeps them.
  *
  * A chunk is one aligned piece of a source file, refcounted: the DRAM tier
  * holds a reference while the chunk is cached; every request that serves

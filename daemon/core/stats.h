@@ -52,7 +52,8 @@
     X(counter, dram_segment_renewals, "arena segments given a fresh memfd as they passed to another uid") \
     X(counter, access_denied,        "opens refused: no or a wrong access proof (the client's own fd)") \
     X(counter, connections_total,    "client connections accepted") \
-    X(counter, connections_refused,  "client connections refused (max_clients)") \
+    X(counter, connections_refused,  "client connections refused (max_clients, max_clients_per_uid, unidentified peer)") \
+    X(counter, connections_failed,   "connections the daemon dropped because a reply could not be built") \
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
     X(gauge,   source_running,       "tasks reading the source now ([source] max_inflight bounds it)") \
@@ -74,7 +75,7 @@
     X(gauge,   nvme_capacity_bytes,  "capacity of the NVMe tier on disk") \
     X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \
     X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep") \
-    X(gauge,   nvme_state,           "NVMe tier device state: 0 ok, 1 full, 2 offline (store.h)") \
+    X(gauge,   nvme_state,           "NVMe tier device state: 0 ok, 1 full, 2 offline (nvme.h)") \
     X(gauge,   nvme_io_errors,       "NVMe reads or writes that failed with an I/O error") \
     X(gauge,   nvme_space_errors,    "NVMe writes the filesystem refused for want of space") \
     X(gauge,   nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full")

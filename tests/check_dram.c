@@ -1,6 +1,6 @@
 /*
- * check_cache.c - unit tests of the DRAM tier and chunk references
- * (cache.c) over a real arena: LRU order, the arena as the hard capacity,
+ * check_dram.c - unit tests of the DRAM tier and chunk references
+ * (dram.c) over a real arena: LRU order, the arena as the hard capacity,
  * references that pin their block after eviction, heap fallback,
  * replacement and prefix drops.
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "testutil.h"
 
 static void key_for(uint8_t key[CHUNK_KEY_LEN], uint8_t file, uint64_t idx)
@@ -336,7 +336,7 @@ END_TEST
 
 static Suite *cache_suite(void)
 {
-    Suite *s = suite_create("cache");
+    Suite *s = suite_create("dram");
     TCase *tc = tcase_create("dram");
 
     tcase_add_test(tc, test_key_layout);

@@ -1,5 +1,5 @@
 /*
- * store_load.c - opening the NVMe tier (see store.h, and store.c for the
+ * nvme_load.c - opening the NVMe tier (see nvme.h, and nvme.c for the
  * design): validate the configuration, create the eviction policy, open
  * RocksDB with options that bound its own files (the reserve), open the
  * data files, then rebuild the in-memory state from what is on disk: the
@@ -25,8 +25,8 @@
 
 #include "log.h"
 #include "policy.h"
-#include "store.h"
-#include "store_int.h"
+#include "nvme.h"
+#include "nvme_int.h"
 
 #define ST_META_KEY      "M"
 #define ST_META_MAGIC    0x31545347u            /* "GST1" */
@@ -41,9 +41,9 @@
 #define ST_INLINE_LIMIT  (1u << 20)     /* largest inline_max accepted */
 #define ST_CHUNK_LIMIT   (1u << 30)     /* largest max_chunk accepted (u32 lengths) */
 
-static int st_class_by_size(const store *s, uint64_t size)
+static int st_class_by_size(const nvme_tier *s, uint64_t size)
 {
-    int c = store__class_for(s, size);
+    int c = nvme__class_for(s, size);
 
     return c >= 0 && s->cls[c].size == size ? c : -1;
 }
@@ -72,7 +72,7 @@ static uint64_t st_reserve(uint64_t inline_max)
 }
 
 /* Classes from round_up(inline_max + 1) growing by ~1.25 to round_up(max_chunk). */
-static int st_make_classes(store *s)
+static int st_make_classes(nvme_tier *s)
 {
     uint64_t last = st_round(s->max_chunk), size;
     int n = 0;
@@ -93,7 +93,7 @@ static int st_make_classes(store *s)
     return 0;
 }
 
-static int st_open_db(store *s, char *err, size_t errlen)
+static int st_open_db(nvme_tier *s, char *err, size_t errlen)
 {
     rocksdb_options_t *base = rocksdb_options_create();
     char *dir = NULL, *e = NULL;
@@ -142,7 +142,7 @@ fail:
 }
 
 /* Whether the database holds no key at all. */
-static int st_db_empty(store *s)
+static int st_db_empty(nvme_tier *s)
 {
     rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
     int empty;
@@ -155,7 +155,7 @@ static int st_db_empty(store *s)
 
 /* Check the format record, or write it into a new, empty database (a
  * foreign one would otherwise lose its keys as "unknown" at load). */
-static int st_check_meta(store *s, char *err, size_t errlen)
+static int st_check_meta(nvme_tier *s, char *err, size_t errlen)
 {
     uint8_t v[8];
     char *e = NULL, *got;
@@ -187,7 +187,7 @@ static int st_check_meta(store *s, char *err, size_t errlen)
 /* Open every class's data file (O_DIRECT where the filesystem takes it),
  * remove data files of classes no longer configured, and check that holes
  * can be punched: without that the capacity could not be kept. */
-static int st_open_files(store *s, char *err, size_t errlen)
+static int st_open_files(nvme_tier *s, char *err, size_t errlen)
 {
     DIR *d = opendir(s->path);
     struct dirent *de;
@@ -220,17 +220,17 @@ static int st_open_files(store *s, char *err, size_t errlen)
 
         if (sscanf(de->d_name, "data-%llu.%7s", &size, tail) == 2 && strcmp(tail, "dat") == 0 &&
             st_class_by_size(s, size) < 0 && unlinkat(dirfd(d), de->d_name, 0) < 0)
-            log_warn("store: unlink %s/%s: %s", s->path, de->d_name, strerror(errno));
+            log_warn("nvme: unlink %s/%s: %s", s->path, de->d_name, strerror(errno));
     }
     closedir(d);
     if (rc < 0)
         return rc;
     if (s->buffered)
-        log_warn("store: %s refuses O_DIRECT, using buffered I/O", s->path);
+        log_warn("nvme: %s refuses O_DIRECT, using buffered I/O", s->path);
     /* Probe past the end of the file, where no data can be lost. */
     if (s->ncls && (fstat(s->cls[0].fd, &st) < 0 ||
-                    (rc = store__punch(&s->cls[0], st_round((uint64_t)st.st_size) + STORE_ALIGN,
-                                   STORE_ALIGN)) < 0)) {
+                    (rc = nvme__punch(&s->cls[0], st_round((uint64_t)st.st_size) + NVME_ALIGN,
+                                   NVME_ALIGN)) < 0)) {
         rc = rc ? rc : -errno;
         snprintf(err, errlen, "%s: cannot punch holes (%s), so the capacity could not be kept",
                  s->path, strerror(-rc));
@@ -246,7 +246,7 @@ typedef struct st_dels {
     int err;
 } st_dels;
 
-static void st_dels_flush(store *s, st_dels *d)
+static void st_dels_flush(nvme_tier *s, st_dels *d)
 {
     char *e = NULL;
 
@@ -255,13 +255,13 @@ static void st_dels_flush(store *s, st_dels *d)
     rocksdb_write(s->db, s->wopts, d->b, &e);
     rocksdb_writebatch_clear(d->b);
     if (e) {
-        log_error("store: rocksdb delete in %s: %s", s->path, e);
+        log_error("nvme: rocksdb delete in %s: %s", s->path, e);
         rocksdb_free(e);
         d->err = -EIO;
     }
 }
 
-static void st_dels_add(store *s, st_dels *d, const void *k, size_t klen)
+static void st_dels_add(nvme_tier *s, st_dels *d, const void *k, size_t klen)
 {
     rocksdb_writebatch_delete(d->b, k, klen);
     d->n++;
@@ -271,14 +271,14 @@ static void st_dels_add(store *s, st_dels *d, const void *k, size_t klen)
 
 /* One 'C' record at open: the entry, or NULL when the record is malformed,
  * too long, of an unknown class, or points beyond its data file. */
-static st_entry *st_load_record(store *s, const uint8_t *k, const uint8_t *v, size_t vlen,
+static st_entry *st_load_record(nvme_tier *s, const uint8_t *k, const uint8_t *v, size_t vlen,
                                 const uint64_t *fsize)
 {
     st_entry *e;
     st_rec r;
     int ci = -1;
 
-    if (store__rec_decode(v, vlen, &r) < 0 || r.len > s->max_chunk)
+    if (nvme__rec_decode(v, vlen, &r) < 0 || r.len > s->max_chunk)
         return NULL;
     if (r.kind == ST_KIND_SLOT) {
         ci = st_class_by_size(s, r.cls_bytes);
@@ -288,7 +288,7 @@ static st_entry *st_load_record(store *s, const uint8_t *k, const uint8_t *v, si
     }
     if (!(e = calloc(1, sizeof(*e))))
         return NULL;
-    memcpy(e->key, k + 1, STORE_KEY_LEN);
+    memcpy(e->key, k + 1, NVME_KEY_LEN);
     e->cls = ci < 0 ? ST_INLINE : (uint8_t)ci;
     e->slot = (uint32_t)r.slot;
     e->len = (uint32_t)r.len;
@@ -299,7 +299,7 @@ static st_entry *st_load_record(store *s, const uint8_t *k, const uint8_t *v, si
 }
 
 typedef struct st_arec_time {
-    uint8_t key[STORE_KEY_LEN];
+    uint8_t key[NVME_KEY_LEN];
     uint64_t atime;
 } st_arec_time;
 
@@ -308,7 +308,7 @@ typedef struct st_arec_time {
  * raise their access times; malformed records, orphan 'A' records and
  * unknown keys are deleted (they would take space nobody accounts for).
  */
-static int st_load_index(store *s, st_dels *d, char *err, size_t errlen)
+static int st_load_index(nvme_tier *s, st_dels *d, char *err, size_t errlen)
 {
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_iterator_t *it = NULL;
@@ -347,13 +347,13 @@ static int st_load_index(store *s, st_dels *d, char *err, size_t errlen)
                 at = na;
                 cat = nc;
             }
-            memcpy(at[nat].key, k + 1, STORE_KEY_LEN);
+            memcpy(at[nat].key, k + 1, NVME_KEY_LEN);
             at[nat++].atime = st_get64(v);
             continue;
         }
         if (klen == ST_DBKEY_LEN && k[0] == ST_PFX_CHUNK &&
             (ent = st_load_record(s, k, v, vlen, fsize))) {
-            store__link_locked(s, ent);
+            nvme__link_locked(s, ent);
             continue;
         }
         st_dels_add(s, d, k, klen);
@@ -364,7 +364,7 @@ static int st_load_index(store *s, st_dels *d, char *err, size_t errlen)
         goto fail;
     }
     for (size_t i = 0; i < nat; i++) {
-        st_entry *ent = store__find_locked(s, at[i].key);
+        st_entry *ent = nvme__find_locked(s, at[i].key);
         if (ent) {
             ent->has_arec = 1;
             if (at[i].atime > ent->atime)
@@ -407,11 +407,11 @@ static int st_cmp_atime(const void *a, const void *b)
 }
 
 /* Delete an entry found at open (no accounting yet). */
-static void st_drop_at_open(store *s, st_dels *d, st_entry *e)
+static void st_drop_at_open(nvme_tier *s, st_dels *d, st_entry *e)
 {
     uint8_t k[ST_DBKEY_LEN];
 
-    store__unhash_locked(s, e);
+    nvme__unhash_locked(s, e);
     st_dbkey(k, ST_PFX_CHUNK, e->key);
     st_dels_add(s, d, k, sizeof(k));
     if (e->has_arec) {
@@ -427,7 +427,7 @@ static void st_drop_at_open(store *s, st_dels *d, st_entry *e)
  * its last one (an interrupted write leaks nothing), hand the entries to
  * the policy oldest access first, and add up the accounting.
  */
-static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
+static int st_rebuild(nvme_tier *s, st_dels *d, char *err, size_t errlen)
 {
     st_entry **v = malloc((s->count + 1) * sizeof(*v));
     size_t n = 0, i = 0, all;
@@ -436,7 +436,7 @@ static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
         snprintf(err, errlen, "%s: out of memory", s->path);
         return -ENOMEM;
     }
-    all = store__collect_locked(s, v);
+    all = nvme__collect_locked(s, v);
     for (size_t j = 0; j < all; j++)
         if (!st_is_inline(v[j]))
             v[n++] = v[j];
@@ -453,9 +453,9 @@ static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
                 continue;
             }
             for (uint32_t f = c->nslots; f < v[i]->slot && rc == 0; f++)
-                rc = store__heap_push(c, f);
+                rc = nvme__heap_push(c, f);
             if (rc == 0 && off > end)
-                rc = store__punch(c, end, off - end);
+                rc = nvme__punch(c, end, off - end);
             end = off + st_round(v[i]->len);
             c->nslots = v[i]->slot + 1;
         }
@@ -472,10 +472,10 @@ static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
      * FIFO) restart in the order they had.  Only the access time persists:
      * lfu's frequencies, s3fifo's queues and ghost, and epoch's hit age and
      * ghost are rebuilt by the traffic after a restart. */
-    n = store__collect_locked(s, v);
+    n = nvme__collect_locked(s, v);
     qsort(v, n, sizeof(*v), st_cmp_atime);
     for (i = 0; i < n; i++) {
-        store__policy_insert_locked(s, v[i]);
+        nvme__policy_insert_locked(s, v[i]);
         s->meta_live += st_meta_charge(v[i]);
         if (!st_is_inline(v[i]))
             s->slot_bytes += st_round(v[i]->len);
@@ -488,7 +488,7 @@ static int st_rebuild(store *s, st_dels *d, char *err, size_t errlen)
 
 /* What RocksDB's SST files hold beyond the live records is garbage (from
  * before a crash, or from the access times written at close). */
-static void st_measure_garbage(store *s, uint64_t tombs)
+static void st_measure_garbage(nvme_tier *s, uint64_t tombs)
 {
     uint64_t sst = 0, live = 0;
 
@@ -505,7 +505,7 @@ static void st_measure_garbage(store *s, uint64_t tombs)
 /* The message for an unknown policy name, with the names known. */
 static void st_policy_names(char *err, size_t errlen, const char *name)
 {
-    int n = snprintf(err, errlen, "store: unknown eviction policy \"%s\" (known:", name);
+    int n = snprintf(err, errlen, "nvme: unknown eviction policy \"%s\" (known:", name);
 
     for (int k = 0; k < POLICY_NKINDS && n >= 0 && (size_t)n < errlen; k++)
         n += snprintf(err + n, errlen - (size_t)n, " %s", policy_kind_name((policy_kind)k));
@@ -513,9 +513,9 @@ static void st_policy_names(char *err, size_t errlen, const char *name)
         snprintf(err + n, errlen - (size_t)n, ")");
 }
 
-int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
+int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
 {
-    store *s = NULL;
+    nvme_tier *s = NULL;
     st_dels d = { NULL, 0, 0 };
     policy_kind kind = POLICY_LRU;
     uint64_t min;
@@ -524,7 +524,7 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
     *out = NULL;
     if (!cfg || !cfg->path || !*cfg->path || !cfg->max_chunk || cfg->max_chunk > ST_CHUNK_LIMIT ||
         cfg->inline_max > ST_INLINE_LIMIT) {
-        snprintf(err, errlen, "store: need a path, 0 < max_chunk <= %u and inline_max <= %u",
+        snprintf(err, errlen, "nvme: need a path, 0 < max_chunk <= %u and inline_max <= %u",
                  ST_CHUNK_LIMIT, ST_INLINE_LIMIT);
         return -EINVAL;
     }
@@ -535,7 +535,7 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
     if (!(s = calloc(1, sizeof(*s))) || !(s->path = strdup(cfg->path)) ||
         !(s->tab = calloc(1024, sizeof(*s->tab)))) {
         rc = -ENOMEM;
-        snprintf(err, errlen, "store: out of memory");
+        snprintf(err, errlen, "nvme: out of memory");
         goto fail;
     }
     s->tabmask = 1023;
@@ -548,20 +548,20 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
     for (int i = 0; i < ST_STRIPES; i++)
         pthread_mutex_init(&s->stripes[i], NULL);
     if ((rc = st_make_classes(s)) < 0) {
-        snprintf(err, errlen, "store: out of memory");
+        snprintf(err, errlen, "nvme: out of memory");
         goto fail;
     }
     min = s->reserve + (s->max_chunk > s->inline_max ? st_round(s->max_chunk) : 0) +
           2 * (ST_REC_BYTES(s->max_chunk > s->inline_max ? 0 : s->max_chunk) + ST_TOMB_BYTES);
     if (s->capacity < min) {
         rc = -EINVAL;
-        snprintf(err, errlen, "store %s: capacity %" PRIu64 " too small: the index needs a "
+        snprintf(err, errlen, "nvme %s: capacity %" PRIu64 " too small: the index needs a "
                  "%" PRIu64 "-byte reserve plus one %" PRIu64 "-byte chunk, at least %" PRIu64,
                  s->path, s->capacity, s->reserve, s->max_chunk, min);
         goto fail;
     }
     if ((rc = policy_new(kind, s->capacity - s->reserve, &s->pol)) < 0) {
-        snprintf(err, errlen, "store: out of memory");
+        snprintf(err, errlen, "nvme: out of memory");
         goto fail;
     }
     if (mkdir(s->path, 0750) < 0 && errno != EEXIST) {
@@ -583,13 +583,13 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
     pthread_mutex_lock(&s->lock);
     if (s->garbage && (s->garbage >= st_compact_thr_locked(s) ||
                        st_used_locked(s) > s->capacity)) {
-        store__compact_locked(s);
+        nvme__compact_locked(s);
         st_measure_garbage(s, 0);
     }
-    rc = store__make_room_locked(s, 0);
+    rc = nvme__make_room_locked(s, 0);
     pthread_mutex_unlock(&s->lock);
     if (rc < 0) {
-        snprintf(err, errlen, "store %s: cannot fit the capacity", s->path);
+        snprintf(err, errlen, "nvme %s: cannot fit the capacity", s->path);
         goto fail;
     }
     rocksdb_writebatch_destroy(d.b);
@@ -599,7 +599,7 @@ int store_open(const store_config *cfg, store **out, char *err, size_t errlen)
 fail:
     if (d.b)
         rocksdb_writebatch_destroy(d.b);
-    store_close(&s);
+    nvme_close(&s);
     return rc;
 }
 

@@ -55,7 +55,7 @@ typedef struct writeback {
 
 struct fetcher {
     dram *dram;
-    store *nvme;
+    nvme_tier *nvme;
     source *src;
     workers *w;
     gr_stats *stats;
@@ -78,7 +78,7 @@ static const fetch_class rr_order[] = {
 };
 #define RR_LEN (sizeof(rr_order) / sizeof(rr_order[0]))
 
-int fetcher_new(dram *d, store *nvme, source *src, workers *w, gr_stats *stats,
+int fetcher_new(dram *d, nvme_tier *nvme, source *src, workers *w, gr_stats *stats,
                 uint64_t writeback_max_bytes, unsigned max_inflight, fetcher **out)
 {
     fetcher *fx = calloc(1, sizeof(*fx));
@@ -278,14 +278,14 @@ static void fetch_run(wq_job *j)
     int rc;
 
     if (p->fx->nvme) {
-        rc = store_get(p->fx->nvme, p->key, p->c->data, p->c->cap, &len);
+        rc = nvme_get(p->fx->nvme, p->key, p->c->data, p->c->cap, &len);
         if (rc == 0 && len == want) {
             p->c->len = (uint32_t)len;
             p->from = FROM_NVME;
             return;
         }
-        if (rc == 0)                    /* cannot happen with a sane store */
-            store_delete(p->fx->nvme, p->key);
+        if (rc == 0)                    /* cannot happen with a sane nvme_tier */
+            nvme_delete(p->fx->nvme, p->key);
         p->nvme_bad = rc == -EBADMSG;
     }
     rc = source_read_chunk(p->fx->src, p->f, p->idx, p->c->data, &len, p->errmsg,
@@ -305,7 +305,7 @@ static void writeback_run(wq_job *j)
 {
     writeback *wb = (writeback *)j;
 
-    wb->rc = store_put(wb->fx->nvme, wb->c->key, wb->c->data, wb->c->len);
+    wb->rc = nvme_put(wb->fx->nvme, wb->c->key, wb->c->data, wb->c->len);
 }
 
 static void writeback_done(wq_job *j)

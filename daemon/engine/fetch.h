@@ -27,10 +27,10 @@
 
 #include <stdio.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "source.h"
 #include "stats.h"
-#include "store.h"
+#include "nvme.h"
 #include "workers.h"
 
 typedef struct fetcher fetcher;
@@ -68,7 +68,7 @@ typedef void (*fetch_cb)(void *arg, chunk *c, int err, const char *errmsg);
 /* The engine over its tiers; it borrows all of them (nvme may be NULL:
  * no NVMe tier) and updates *stats.  max_inflight >= 1 bounds the source
  * work running at once.  0 or -ENOMEM. */
-int fetcher_new(dram *d, store *nvme, source *src, workers *w, gr_stats *stats,
+int fetcher_new(dram *d, nvme_tier *nvme, source *src, workers *w, gr_stats *stats,
                 uint64_t writeback_max_bytes, unsigned max_inflight, fetcher **out);
 
 /* Shutdown, before workers_stop: every task still waiting for a slot is

@@ -1,5 +1,5 @@
 /*
- * check_store.c - unit tests of the NVMe tier (daemon/store.c): round
+ * check_nvme.c - unit tests of the NVMe tier (daemon/nvme.c): round
  * trips at the size boundaries, warm restart with its LRU order, the hard
  * capacity limit measured on disk, corruption and malformed records,
  * concurrent use, prefix drops, the error returns, and the eviction
@@ -25,7 +25,7 @@
 
 #include <rocksdb/c.h>
 
-#include "store.h"
+#include "nvme.h"
 #include "testutil.h"
 
 #define KIB 1024u
@@ -34,17 +34,17 @@
 typedef struct fixture {
     char *dir;                  /* the temp dir */
     char path[512];             /* the store's directory inside it */
-    store_config cfg;
-    store *s;
+    nvme_config cfg;
+    nvme_tier *s;
     uint8_t *buf, *out;         /* aligned, max_chunk rounded up */
 } fixture;
 
 static uint64_t rnd_up(uint64_t x)
 {
-    return (x + STORE_ALIGN - 1) & ~(uint64_t)(STORE_ALIGN - 1);
+    return (x + NVME_ALIGN - 1) & ~(uint64_t)(NVME_ALIGN - 1);
 }
 
-static void mkkey(uint8_t k[STORE_KEY_LEN], uint32_t file, uint64_t idx)
+static void mkkey(uint8_t k[NVME_KEY_LEN], uint32_t file, uint64_t idx)
 {
     for (int i = 0; i < 16; i++)
         k[i] = (uint8_t)(file >> (8 * (i % 4)));
@@ -100,7 +100,7 @@ static int pat_ok(const void *buf, uint32_t file, uint64_t idx, size_t len)
 static void fx_open(fixture *f)
 {
     char err[256] = "";
-    int rc = store_open(&f->cfg, &f->s, err, sizeof(err));
+    int rc = nvme_open(&f->cfg, &f->s, err, sizeof(err));
 
     ck_assert_msg(rc == 0, "store_open: %d %s", rc, err);
 }
@@ -117,8 +117,8 @@ static void fx_init_policy(fixture *f, uint64_t cap, uint64_t inline_max, uint64
     f->cfg.capacity = cap;
     f->cfg.inline_max = inline_max;
     f->cfg.max_chunk = max_chunk;
-    f->buf = aligned_alloc(STORE_ALIGN, rnd_up(max_chunk));
-    f->out = aligned_alloc(STORE_ALIGN, rnd_up(max_chunk));
+    f->buf = aligned_alloc(NVME_ALIGN, rnd_up(max_chunk));
+    f->out = aligned_alloc(NVME_ALIGN, rnd_up(max_chunk));
     ck_assert(f->buf && f->out);
     /* store_put writes the tail up to the 4 KiB boundary: keep it defined. */
     memset(f->buf, 0, rnd_up(max_chunk));
@@ -132,14 +132,14 @@ static void fx_init(fixture *f, uint64_t cap, uint64_t inline_max, uint64_t max_
 
 static void fx_reopen(fixture *f)
 {
-    store_close(&f->s);
+    nvme_close(&f->s);
     ck_assert_ptr_null(f->s);
     fx_open(f);
 }
 
 static void fx_done(fixture *f)
 {
-    store_close(&f->s);
+    nvme_close(&f->s);
     tu_rmrf(f->dir);
     free(f->dir);
     free(f->buf);
@@ -148,23 +148,23 @@ static void fx_done(fixture *f)
 
 static int put(fixture *f, uint32_t file, uint64_t idx, size_t len)
 {
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
 
     mkkey(k, file, idx);
     pat_fill(f->buf, file, idx, len);
-    return store_put(f->s, k, f->buf, len);
+    return nvme_put(f->s, k, f->buf, len);
 }
 
 /* 0 when the chunk is there with the pattern of length want (any length
  * when want is SIZE_MAX), else the error. */
 static int get_check(fixture *f, uint32_t file, uint64_t idx, size_t want)
 {
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
     size_t len = SIZE_MAX;
     int rc;
 
     mkkey(k, file, idx);
-    rc = store_get(f->s, k, f->out, rnd_up(f->cfg.max_chunk), &len);
+    rc = nvme_get(f->s, k, f->out, rnd_up(f->cfg.max_chunk), &len);
     if (rc < 0)
         return rc;
     ck_assert_msg(want == SIZE_MAX || len == want, "len %zu, want %zu", len, want);
@@ -175,17 +175,17 @@ static int get_check(fixture *f, uint32_t file, uint64_t idx, size_t want)
 
 static int has(fixture *f, uint32_t file, uint64_t idx)
 {
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
 
     mkkey(k, file, idx);
-    return store_contains(f->s, k);
+    return nvme_contains(f->s, k);
 }
 
-static store_stats stats(fixture *f)
+static nvme_stats stats(fixture *f)
 {
-    store_stats st;
+    nvme_stats st;
 
-    store_get_stats(f->s, &st);
+    nvme_get_stats(f->s, &st);
     return st;
 }
 
@@ -193,8 +193,8 @@ static store_stats stats(fixture *f)
  * what is really on disk. */
 static void assert_within(fixture *f)
 {
-    store_stats st = stats(f);
-    int64_t du = store_disk_usage(f->path);
+    nvme_stats st = stats(f);
+    int64_t du = nvme_disk_usage(f->path);
 
     ck_assert_int_ge(du, 0);
     ck_assert_msg((uint64_t)du <= f->cfg.capacity, "du %lld > capacity %llu",
@@ -273,29 +273,29 @@ END_TEST
 START_TEST(test_miss_and_errors)
 {
     fixture f;
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
     size_t len;
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
     ck_assert_int_eq(get_check(&f, 9, 9, SIZE_MAX), -ENOENT);
     mkkey(k, 9, 9);
-    ck_assert_int_eq(store_delete(f.s, k), -ENOENT);
-    ck_assert_int_eq(store_contains(f.s, k), 0);
+    ck_assert_int_eq(nvme_delete(f.s, k), -ENOENT);
+    ck_assert_int_eq(nvme_contains(f.s, k), 0);
     ck_assert_uint_eq(stats(&f).misses, 1);
 
     /* Too long for the tier. */
-    ck_assert_int_eq(store_put(f.s, k, f.buf, MIB + 1), -E2BIG);
+    ck_assert_int_eq(nvme_put(f.s, k, f.buf, MIB + 1), -E2BIG);
     ck_assert_uint_eq(stats(&f).put_errors, 1);
-    ck_assert_int_eq(store_contains(f.s, k), 0);
+    ck_assert_int_eq(nvme_contains(f.s, k), 0);
 
     /* A buffer too small for the chunk. */
     ck_assert_int_eq(put(&f, 9, 9, 100000), 0);
-    ck_assert_int_eq(store_get(f.s, k, f.out, 64 * KIB, &len), -ENOBUFS);
-    ck_assert_int_eq(store_get(f.s, k, f.out, rnd_up(100000), &len), 0);
+    ck_assert_int_eq(nvme_get(f.s, k, f.out, 64 * KIB, &len), -ENOBUFS);
+    ck_assert_int_eq(nvme_get(f.s, k, f.out, rnd_up(100000), &len), 0);
     ck_assert_uint_eq(len, 100000);
 
     /* Delete, then it is gone. */
-    ck_assert_int_eq(store_delete(f.s, k), 0);
+    ck_assert_int_eq(nvme_delete(f.s, k), 0);
     ck_assert_int_eq(get_check(&f, 9, 9, SIZE_MAX), -ENOENT);
     ck_assert_uint_eq(stats(&f).chunks, 0);
     fx_done(&f);
@@ -305,13 +305,13 @@ END_TEST
 START_TEST(test_open_errors)
 {
     char *dir = tu_mkdtemp(), path[512], err[256] = "";
-    store_config cfg = { .capacity = 4 * MIB, .inline_max = 16 * KIB, .max_chunk = MIB };
-    store *s = (store *)&cfg;
+    nvme_config cfg = { .capacity = 4 * MIB, .inline_max = 16 * KIB, .max_chunk = MIB };
+    nvme_tier *s = (nvme_tier *)&cfg;
     int rc;
 
     snprintf(path, sizeof(path), "%s/nvme", dir);
     cfg.path = path;
-    rc = store_open(&cfg, &s, err, sizeof(err));
+    rc = nvme_open(&cfg, &s, err, sizeof(err));
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_ptr_null(s);
     ck_assert_msg(strstr(err, "too small") != NULL, "message: %s", err);
@@ -319,32 +319,32 @@ START_TEST(test_open_errors)
     cfg.capacity = 64 * MIB;
     cfg.max_chunk = 0;
     err[0] = 0;
-    ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(nvme_open(&cfg, &s, err, sizeof(err)), -EINVAL);
     ck_assert(err[0] != 0);
 
     /* A second open of one directory fails (RocksDB's lock). */
     cfg.max_chunk = MIB;
-    ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), 0);
+    ck_assert_int_eq(nvme_open(&cfg, &s, err, sizeof(err)), 0);
     {
-        store *s2 = NULL;
-        ck_assert_int_lt(store_open(&cfg, &s2, err, sizeof(err)), 0);
+        nvme_tier *s2 = NULL;
+        ck_assert_int_lt(nvme_open(&cfg, &s2, err, sizeof(err)), 0);
         ck_assert_ptr_null(s2);
     }
-    store_close(&s);
-    store_close(&s);            /* NULL-safe */
+    nvme_close(&s);
+    nvme_close(&s);            /* NULL-safe */
 
     /* An unknown eviction policy is refused, with the names that exist;
      * an empty name is the default. */
     cfg.policy = "fifo";
     err[0] = 0;
-    s = (store *)&cfg;
-    ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), -EINVAL);
+    s = (nvme_tier *)&cfg;
+    ck_assert_int_eq(nvme_open(&cfg, &s, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_null(s);
     ck_assert_msg(strstr(err, "unknown eviction policy \"fifo\"") && strstr(err, "epoch"),
                   "message: %s", err);
     cfg.policy = "";
-    ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), 0);
-    store_close(&s);
+    ck_assert_int_eq(nvme_open(&cfg, &s, err, sizeof(err)), 0);
+    nvme_close(&s);
     cfg.policy = NULL;
 
     /* Somebody else's RocksDB where the index would be is left alone. */
@@ -363,7 +363,7 @@ START_TEST(test_open_errors)
         rocksdb_put(db, wo, "foo", 3, "bar", 3, &e);
         ck_assert(!e);
         rocksdb_close(db);
-        ck_assert_int_eq(store_open(&cfg, &s, err, sizeof(err)), -EINVAL);
+        ck_assert_int_eq(nvme_open(&cfg, &s, err, sizeof(err)), -EINVAL);
         ck_assert_msg(strstr(err, "not a granary store") != NULL, "message: %s", err);
         rocksdb_writeoptions_destroy(wo);
         rocksdb_options_destroy(o);
@@ -376,7 +376,7 @@ END_TEST
 START_TEST(test_replace)
 {
     fixture f;
-    store_stats st0, st;
+    nvme_stats st0, st;
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
     st0 = stats(&f);
@@ -520,7 +520,7 @@ START_TEST(test_lower_capacity_at_open)
     fx_init(&f, 64 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < n; i++)
         ck_assert_int_eq(put(&f, 7, (uint64_t)i, MIB), 0);
-    store_close(&f.s);
+    nvme_close(&f.s);
     f.cfg.capacity = 30 * MIB;
     fx_open(&f);
     assert_within(&f);
@@ -566,7 +566,7 @@ START_TEST(test_corrupt_inline)
     rocksdb_options_t *o;
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    uint8_t k[1 + STORE_KEY_LEN];
+    uint8_t k[1 + NVME_KEY_LEN];
     char *err = NULL, *v;
     size_t vlen;
     rocksdb_t *db;
@@ -574,7 +574,7 @@ START_TEST(test_corrupt_inline)
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
     ck_assert_int_eq(put(&f, 9, 1, 3000), 0);
     ck_assert_int_eq(put(&f, 9, 2, 3000), 0);
-    store_close(&f.s);
+    nvme_close(&f.s);
 
     db = raw_open(&f, &o);
     k[0] = 'C';
@@ -605,7 +605,7 @@ START_TEST(test_open_repairs)
     fixture f;
     rocksdb_options_t *o;
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    uint8_t k[1 + STORE_KEY_LEN];
+    uint8_t k[1 + NVME_KEY_LEN];
     char file[600], *err = NULL;
     struct stat st0, st1;
     long long cls;
@@ -619,7 +619,7 @@ START_TEST(test_open_repairs)
     biggest_data_file(&f, file, sizeof(file));
     ck_assert_int_eq(sscanf(strrchr(file, '/'), "/data-%lld.dat", &cls), 1);
     ck_assert_int_ge(cls, 200704);
-    store_close(&f.s);
+    nvme_close(&f.s);
 
     /* A garbage value, a short key, an unknown prefix. */
     db = raw_open(&f, &o);
@@ -643,7 +643,7 @@ START_TEST(test_open_repairs)
     ck_assert_int_eq(get_check(&f, 10, 3, SIZE_MAX), -ENOENT);
     ck_assert_int_eq(get_check(&f, 10, 7, SIZE_MAX), -ENOENT);
     ck_assert_int_eq(get_check(&f, 10, 9, 500), 0);
-    store_close(&f.s);
+    nvme_close(&f.s);
 
     /* An interrupted write past the last slot leaks nothing. */
     ck_assert_int_eq(stat(file, &st0), 0);
@@ -660,7 +660,7 @@ START_TEST(test_open_repairs)
     ck_assert_int_le(st1.st_blocks, st0.st_blocks);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(get_check(&f, 10, (uint64_t)i, 200000), 0);
-    store_close(&f.s);
+    nvme_close(&f.s);
 
     /* The junk is gone from RocksDB too. */
     db = raw_open(&f, &o);
@@ -690,7 +690,7 @@ END_TEST
 START_TEST(test_drop_prefix)
 {
     fixture f;
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < 10; i++)
@@ -698,8 +698,8 @@ START_TEST(test_drop_prefix)
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(put(&f, 12, (uint64_t)i, 5000), 0);
     mkkey(k, 11, 0);
-    ck_assert_int_eq(store_drop_files(f.s, (const uint8_t (*)[16])k, 1), 10);
-    ck_assert_int_eq(store_drop_prefix(f.s, k, 16), 0);
+    ck_assert_int_eq(nvme_drop_files(f.s, (const uint8_t (*)[16])k, 1), 10);
+    ck_assert_int_eq(nvme_drop_prefix(f.s, k, 16), 0);
     for (int i = 0; i < 10; i++)
         ck_assert(!has(&f, 11, (uint64_t)i));
     for (int i = 0; i < 5; i++)
@@ -709,7 +709,7 @@ START_TEST(test_drop_prefix)
     ck_assert_uint_eq(stats(&f).chunks, 5);
     ck_assert(!has(&f, 11, 1));
     /* An empty prefix drops everything. */
-    ck_assert_int_eq(store_drop_prefix(f.s, k, 0), 5);
+    ck_assert_int_eq(nvme_drop_prefix(f.s, k, 0), 5);
     ck_assert_uint_eq(stats(&f).chunks, 0);
     fx_done(&f);
 }
@@ -720,29 +720,29 @@ END_TEST
 START_TEST(test_pin_prefix)
 {
     fixture f;
-    uint8_t k[STORE_KEY_LEN];
+    uint8_t k[NVME_KEY_LEN];
 
     fx_init(&f, 24 * MIB, 16 * KIB, MIB);
     ck_assert_int_eq(put(&f, 21, 0, MIB), 0);
     mkkey(k, 21, 0);
-    ck_assert_int_eq(store_pin_files(f.s, (const uint8_t (*)[16])k, 1, 1), 1);
+    ck_assert_int_eq(nvme_pin_files(f.s, (const uint8_t (*)[16])k, 1, 1), 1);
     ck_assert_int_eq(put(&f, 21, 1, MIB), 0);         /* pinned on arrival */
     ck_assert_uint_ge(stats(&f).pinned_bytes, 2 * MIB);
     /* A live policy switch keeps chunks and pins. */
-    ck_assert_int_eq(store_set_policy(f.s, "bogus"), -EINVAL);
-    ck_assert_int_eq(store_set_policy(f.s, "s3fifo"), 0);
+    ck_assert_int_eq(nvme_set_policy(f.s, "bogus"), -EINVAL);
+    ck_assert_int_eq(nvme_set_policy(f.s, "s3fifo"), 0);
     ck_assert_uint_eq(stats(&f).chunks, 2);
-    ck_assert_int_eq(store_set_policy(f.s, "lru"), 0);
+    ck_assert_int_eq(nvme_set_policy(f.s, "lru"), 0);
     for (int i = 0; i < 40; i++)                      /* several times the capacity */
         ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
     ck_assert_int_eq(get_check(&f, 21, 0, MIB), 0);
     ck_assert_int_eq(get_check(&f, 21, 1, MIB), 0);
-    ck_assert_int_eq(store_pin_files(f.s, (const uint8_t (*)[16])k, 1, 0), 2);
+    ck_assert_int_eq(nvme_pin_files(f.s, (const uint8_t (*)[16])k, 1, 0), 2);
     ck_assert_uint_eq(stats(&f).pinned_bytes, 0);
     for (int i = 40; i < 80; i++)
         ck_assert_int_eq(put(&f, 22, (uint64_t)i, MIB), 0);
     ck_assert(!has(&f, 21, 0));
-    ck_assert(store_disk_usage(f.path) <= (int64_t)(24 * MIB));
+    ck_assert(nvme_disk_usage(f.path) <= (int64_t)(24 * MIB));
     fx_done(&f);
 }
 END_TEST
@@ -759,7 +759,7 @@ START_TEST(test_policy_kinds)
     const char *pol = policies[_i];
     int epoch = strcmp(pol, "epoch") == 0;
     uint64_t refused = 0, i, n = 0;
-    store_stats st;
+    nvme_stats st;
     fixture f;
 
     fx_init_policy(&f, 24 * MIB, 16 * KIB, 256 * KIB, pol);
@@ -804,11 +804,11 @@ START_TEST(test_policy_kinds)
     ck_assert_uint_ge(stats(&f).chunks, n - 1);
     n = stats(&f).chunks;
     {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
 
         mkkey(k, 17, i);
-        ck_assert_int_eq(store_delete(f.s, k), 0);
-        ck_assert_int_eq(store_drop_prefix(f.s, k, 16), (long)n - 1);
+        ck_assert_int_eq(nvme_delete(f.s, k), 0);
+        ck_assert_int_eq(nvme_drop_prefix(f.s, k, 16), (long)n - 1);
     }
     ck_assert_uint_eq(stats(&f).chunks, 0);
     ck_assert_int_eq(put(&f, 17, 500, 256 * KIB), 0);   /* empty: admitted */
@@ -861,7 +861,7 @@ static void scan_run(const char *pol, size_t len, int replace, double ratio[3])
         }
         assert_within(&f);
     }
-    fprintf(stderr, "check_store: %s, %llu chunks of %zu bytes, %llu held%s: hit ratio %.3f %.3f\n",
+    fprintf(stderr, "check_nvme: %s, %llu chunks of %zu bytes, %llu held%s: hit ratio %.3f %.3f\n",
             pol, (unsigned long long)items, len, (unsigned long long)stats(&f).chunks,
             replace ? ", garbage" : "", ratio[1], ratio[2]);
     fx_done(&f);
@@ -919,7 +919,7 @@ static void *cc_worker(void *p)
 {
     cc_arg *a = p;
     fixture *f = a->f;
-    uint8_t *buf = aligned_alloc(STORE_ALIGN, MIB), *out = aligned_alloc(STORE_ALIGN, MIB);
+    uint8_t *buf = aligned_alloc(NVME_ALIGN, MIB), *out = aligned_alloc(NVME_ALIGN, MIB);
 
     ck_assert(buf && out);
     memset(buf, 0, MIB);
@@ -927,13 +927,13 @@ static void *cc_worker(void *p)
     while (!__atomic_load_n(a->stop, __ATOMIC_RELAXED)) {
         unsigned r = (unsigned)rand_r(&a->seed);
         uint64_t idx = (unsigned)rand_r(&a->seed) % CC_KEYS;
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
         size_t len;
         int rc;
 
         mkkey(k, 13, idx);
         if (r % 100 < 45) {
-            rc = store_get(f->s, k, out, MIB, &len);
+            rc = nvme_get(f->s, k, out, MIB, &len);
             if (rc == 0) {
                 a->hits++;
                 if (!pat_ok(out, 13, idx, len))
@@ -944,17 +944,17 @@ static void *cc_worker(void *p)
         } else if (r % 100 < 88) {
             len = cc_len((unsigned)rand_r(&a->seed));
             pat_fill(buf, 13, idx, len);
-            if (store_put(f->s, k, buf, len) != 0)
+            if (nvme_put(f->s, k, buf, len) != 0)
                 a->bad++;
         } else if (r % 100 < 96) {
-            rc = store_delete(f->s, k);
+            rc = nvme_delete(f->s, k);
             if (rc != 0 && rc != -ENOENT)
                 a->bad++;
         } else {
             mkkey(k, 13, idx);
-            store_contains(f->s, k);
+            nvme_contains(f->s, k);
             if (r % 1000 == 999)
-                store_drop_prefix(f->s, k, STORE_KEY_LEN);
+                nvme_drop_prefix(f->s, k, NVME_KEY_LEN);
         }
         a->ops++;
     }
@@ -974,7 +974,7 @@ START_TEST(test_concurrency)
     struct timespec t0, now;
     long ops = 0, hits = 0;
     int64_t maxdu = 0;
-    store_stats st;
+    nvme_stats st;
 
     fx_init(&f, 40 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < CC_THREADS; i++) {
@@ -983,7 +983,7 @@ START_TEST(test_concurrency)
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
-        int64_t du = store_disk_usage(f.path);
+        int64_t du = nvme_disk_usage(f.path);
         ck_assert_msg(du >= 0 && (uint64_t)du <= f.cfg.capacity, "du %lld", (long long)du);
         ck_assert_uint_le(stats(&f).used_bytes, f.cfg.capacity);
         if (du > maxdu)
@@ -999,7 +999,7 @@ START_TEST(test_concurrency)
         hits += a[i].hits;
     }
     st = stats(&f);
-    fprintf(stderr, "check_store: concurrency: %ld ops, %ld hits, %llu evictions, max du %.1f MiB "
+    fprintf(stderr, "check_nvme: concurrency: %ld ops, %ld hits, %llu evictions, max du %.1f MiB "
             "of %.0f\n", ops, hits, (unsigned long long)st.evictions, (double)maxdu / MIB,
             (double)f.cfg.capacity / MIB);
     ck_assert_uint_eq(st.checksum_errors, 0);
@@ -1028,15 +1028,15 @@ typedef struct tiny_arg {
 static void *tiny_worker(void *p)
 {
     tiny_arg *a = p;
-    uint8_t *buf = aligned_alloc(STORE_ALIGN, MIB);
+    uint8_t *buf = aligned_alloc(NVME_ALIGN, MIB);
 
     ck_assert(buf != NULL);
     for (uint64_t i = 0; i < 25; i++) {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
 
         mkkey(k, 16, (uint64_t)a->id << 32 | i);
         pat_fill(buf, 16, (uint64_t)a->id << 32 | i, MIB);
-        if (store_put(a->f->s, k, buf, MIB) != 0)
+        if (nvme_put(a->f->s, k, buf, MIB) != 0)
             a->fails++;
     }
     free(buf);
@@ -1053,13 +1053,13 @@ START_TEST(test_minimum_capacity)
     tiny_arg a[4];
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
-    store_close(&f.s);
+    nvme_close(&f.s);
     f.cfg.capacity = MIB;
-    ck_assert_int_eq(store_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(nvme_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(at = strstr(err, "at least "));
     ck_assert_int_eq(sscanf(at, "at least %llu", &min), 1);
     f.cfg.capacity = min - 1;
-    ck_assert_int_eq(store_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(nvme_open(&f.cfg, &f.s, err, sizeof(err)), -EINVAL);
     f.cfg.capacity = min;
     fx_open(&f);
     for (int i = 0; i < 4; i++) {
@@ -1088,50 +1088,50 @@ START_TEST(test_throughput)
     pat_fill(f.buf, 1, 1, MIB);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
         mkkey(k, 14, (uint64_t)i);
-        ck_assert_int_eq(store_put(f.s, k, f.buf, MIB), 0);
+        ck_assert_int_eq(nvme_put(f.s, k, f.buf, MIB), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     put_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     for (int i = 0; i < 4 * n; i++) {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
         size_t len;
         mkkey(k, 14, (uint64_t)(i % n));
-        ck_assert_int_eq(store_get(f.s, k, f.out, MIB, &len), 0);
+        ck_assert_int_eq(nvme_get(f.s, k, f.out, MIB, &len), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     get_s = (double)(t0.tv_sec - t1.tv_sec) + (double)(t0.tv_nsec - t1.tv_nsec) / 1e9;
-    fprintf(stderr, "check_store: 1 MiB chunks: put %.0f MB/s, get %.0f MB/s (%s)\n",
+    fprintf(stderr, "check_nvme: 1 MiB chunks: put %.0f MB/s, get %.0f MB/s (%s)\n",
             n * (double)MIB / 1e6 / put_s, 4 * n * (double)MIB / 1e6 / get_s,
             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < 4000; i++) {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
         mkkey(k, 15, (uint64_t)i);
-        ck_assert_int_eq(store_put(f.s, k, f.buf, 4000), 0);
+        ck_assert_int_eq(nvme_put(f.s, k, f.buf, 4000), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     put_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     for (int i = 0; i < 4000; i++) {
-        uint8_t k[STORE_KEY_LEN];
+        uint8_t k[NVME_KEY_LEN];
         size_t len;
         mkkey(k, 15, (uint64_t)i);
-        ck_assert_int_eq(store_get(f.s, k, f.out, MIB, &len), 0);
+        ck_assert_int_eq(nvme_get(f.s, k, f.out, MIB, &len), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     get_s = (double)(t0.tv_sec - t1.tv_sec) + (double)(t0.tv_nsec - t1.tv_nsec) / 1e9;
-    fprintf(stderr, "check_store: 4000-byte inline chunks: put %.0f/s, get %.0f/s\n",
+    fprintf(stderr, "check_nvme: 4000-byte inline chunks: put %.0f/s, get %.0f/s\n",
             4000 / put_s, 4000 / get_s);
     assert_within(&f);
     fx_done(&f);
 }
 END_TEST
 
-static Suite *store_suite(void)
+static Suite *nvme_suite(void)
 {
-    Suite *s = suite_create("store");
+    Suite *s = suite_create("nvme");
     TCase *tc = tcase_create("core");
 
     tcase_set_timeout(tc, 120);
@@ -1160,7 +1160,7 @@ static Suite *store_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(store_suite());
+    SRunner *sr = srunner_create(nvme_suite());
     int failed;
 
     srunner_run_all(sr, CK_NORMAL);

@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "fetch.h"
 #include "proto.h"
 #include "source.h"

@@ -1,5 +1,5 @@
 /*
- * cache.c - chunks and the DRAM tier (see cache.h).
+ * dram.c - chunks and the DRAM tier (see dram.h).
  *
  * A chained hash table keyed by the chunk key finds chunks; arena chunks are
  * ordered by the tier's eviction policy (policy.h), heap chunks by a plain
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "cache.h"
+#include "dram.h"
 
 #define SEGMENT_MAX (64ull << 20)
 

@@ -22,11 +22,11 @@
 #include <event2/event.h>
 #include <stdint.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "fetch.h"
 #include "source.h"
 #include "stats.h"
-#include "store.h"
+#include "nvme.h"
 
 typedef struct warmup warmup;
 
@@ -34,7 +34,7 @@ typedef struct warmup warmup;
  * chunk_size: [source] chunk_size, the largest chunk.  Jobs found in
  * state_dir resume.  0 or -errno with a reason in err; *out is set even
  * then (free it). */
-int warmup_new(struct event_base *base, fetcher *fx, store *nvme, source *src, gr_stats *stats,
+int warmup_new(struct event_base *base, fetcher *fx, nvme_tier *nvme, source *src, gr_stats *stats,
                uint64_t chunk_size, const char *state_dir, warmup **out, char *err,
                size_t errlen);
 

@@ -1,8 +1,8 @@
 /*
- * store_int.h - private to the NVMe tier: what store.c (the running tier)
- * and store_load.c (opening it: rebuilding the index from disk) share.  The
+ * nvme_int.h - private to the NVMe tier: what nvme.c (the running tier)
+ * and nvme_load.c (opening it: rebuilding the index from disk) share.  The
  * on-disk constants, the structures, small inline helpers and the few
- * internal functions (store__*) one file calls in the other.  store.c's
+ * internal functions (nvme__*) one file calls in the other.  nvme.c's
  * header comment describes the design: layout, record format, accounting,
  * locking and entry lifetime.  Nothing outside these two files includes it.
  */
@@ -19,7 +19,7 @@
 
 #include "policy.h"
 #include "idset.h"
-#include "store.h"
+#include "nvme.h"
 
 #define ST_REC_VERSION   1
 #define ST_REC_HDR       48
@@ -27,7 +27,7 @@
 #define ST_KIND_SLOT     1
 #define ST_PFX_ATIME     'A'
 #define ST_PFX_CHUNK     'C'
-#define ST_DBKEY_LEN     (1 + STORE_KEY_LEN)
+#define ST_DBKEY_LEN     (1 + NVME_KEY_LEN)
 #define ST_INLINE        0xff                   /* st_entry.cls of an inline chunk */
 
 /* SST bytes per entry beyond key and value: internal key trailer (8),
@@ -45,7 +45,7 @@
 #define ST_STRIPES       64
 
 typedef struct st_entry {
-    uint8_t key[STORE_KEY_LEN];
+    uint8_t key[NVME_KEY_LEN];
     struct st_entry *hnext;             /* hash chain */
     policy_node pn;                     /* in s->pol while in the table (after open) */
     uint64_t csum;                      /* XXH3-64 of the chunk bytes */
@@ -63,14 +63,14 @@ typedef struct st_entry {
 
 
 typedef struct st_class {
-    uint64_t size;                      /* bytes per slot, multiple of STORE_ALIGN */
+    uint64_t size;                      /* bytes per slot, multiple of NVME_ALIGN */
     int fd;                             /* data-<size>.dat */
     uint32_t nslots;                    /* slots handed out so far (high-water) */
     uint32_t *free;                     /* min-heap of free slots < nslots */
     uint32_t nfree, cfree;
 } st_class;
 
-struct store {
+struct nvme_tier {
     char *path;
     uint64_t capacity, inline_max, max_chunk;
     uint64_t reserve;                   /* fixed charge for RocksDB's own files */
@@ -100,13 +100,13 @@ struct store {
     uint64_t tick;
     int compacting;
     int inflight;                       /* puts holding a reservation, not linked yet */
-    store_stats st;
-    /* Device health (store.c, st_usable_locked / st_note_locked): after
+    nvme_stats st;
+    /* Device health (nvme.c, st_usable_locked / st_note_locked): after
      * ST_FAIL_STREAK device errors in a row the tier goes offline (gets
      * miss, puts refused) or, on ENOSPC, full (puts refused) until
      * retry_ns, then lets one operation probe the device; a success brings
      * it back, a failure doubles the back-off (up to ST_BACKOFF_MAX_NS). */
-    int state;                          /* STORE_STATE_* */
+    int state;                          /* NVME_STATE_* */
     unsigned err_streak;                /* device errors since the last success */
     uint64_t retry_ns, backoff_ns;
 };
@@ -119,7 +119,7 @@ struct store {
 
 static inline uint64_t st_round(uint64_t x)
 {
-    return (x + STORE_ALIGN - 1) & ~(uint64_t)(STORE_ALIGN - 1);
+    return (x + NVME_ALIGN - 1) & ~(uint64_t)(NVME_ALIGN - 1);
 }
 
 static inline void st_put64(uint8_t *p, uint64_t v)
@@ -137,15 +137,15 @@ static inline uint64_t st_get64(const uint8_t *p)
     return v;
 }
 
-static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[STORE_KEY_LEN])
+static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[NVME_KEY_LEN])
 {
     out[0] = (uint8_t)pfx;
-    memcpy(out + 1, key, STORE_KEY_LEN);
+    memcpy(out + 1, key, NVME_KEY_LEN);
 }
 
-static inline uint64_t st_hash(const uint8_t key[STORE_KEY_LEN])
+static inline uint64_t st_hash(const uint8_t key[NVME_KEY_LEN])
 {
-    return XXH3_64bits(key, STORE_KEY_LEN);
+    return XXH3_64bits(key, NVME_KEY_LEN);
 }
 
 static inline int st_is_inline(const st_entry *e)
@@ -161,7 +161,7 @@ static inline uint64_t st_meta_charge(const st_entry *e)
            (e->has_arec ? 2 * (ST_AREC_BYTES + ST_TOMB_BYTES) : 0);
 }
 
-static inline uint64_t st_used_locked(const store *s)
+static inline uint64_t st_used_locked(const nvme_tier *s)
 {
     return s->slot_bytes + s->meta_live + s->garbage + s->reserve;
 }
@@ -169,7 +169,7 @@ static inline uint64_t st_used_locked(const store *s)
 /* Garbage above which a full compaction pays: half the live metadata (so
  * compaction rewrites at most ~3 bytes per garbage byte), at least
  * ST_COMPACT_MIN, at most a quarter of the space left after the reserve. */
-static inline uint64_t st_compact_thr_locked(const store *s)
+static inline uint64_t st_compact_thr_locked(const nvme_tier *s)
 {
     uint64_t thr = s->meta_live / 2, cap = (s->capacity - s->reserve) / 4;
 
@@ -183,46 +183,46 @@ typedef struct st_rec {
     uint64_t cls_bytes, slot, len, csum, atime;
 } st_rec;
 
-/* ---- in store.c, used by store_load.c ---- */
+/* ---- in nvme.c, used by nvme_load.c ---- */
 
 /* Decode a 'C' record.  0, or -EINVAL when v is not a well-formed one. */
-int store__rec_decode(const uint8_t *v, size_t vlen, st_rec *r);
+int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r);
 
 /* Smallest class whose slots hold alen bytes, or -1. */
-int store__class_for(const store *s, uint64_t alen);
+int nvme__class_for(const nvme_tier *s, uint64_t alen);
 
 /* The live entry of key, or NULL.  Valid while the lock is held. */
-st_entry *store__find_locked(store *s, const uint8_t key[STORE_KEY_LEN]);
+st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
 
 /* Link a new entry (key not present) into the table, without the policy:
  * store_put inserts it there at once, store_open once all are loaded
- * (store__policy_insert_locked). */
-void store__link_locked(store *s, st_entry *e);
+ * (nvme__policy_insert_locked). */
+void nvme__link_locked(nvme_tier *s, st_entry *e);
 
 /* Take e out of the table (not out of the policy) and mark it dead. */
-void store__unhash_locked(store *s, st_entry *e);
+void nvme__unhash_locked(nvme_tier *s, st_entry *e);
 
 /* Every entry of the table, in no particular order, into v (s->count
  * slots at least).  Returns how many. */
-size_t store__collect_locked(store *s, st_entry **v);
+size_t nvme__collect_locked(nvme_tier *s, st_entry **v);
 
 /* Hand a linked entry to the policy as a new item, sized by all it holds
  * of the capacity. */
-void store__policy_insert_locked(store *s, st_entry *e);
+void nvme__policy_insert_locked(nvme_tier *s, st_entry *e);
 
 /* Add slot to class c's free heap.  0 or -ENOMEM. */
-int store__heap_push(st_class *c, uint32_t slot);
+int nvme__heap_push(st_class *c, uint32_t slot);
 
 /* Punch [off, off + len) out of class c's file.  0 or -errno. */
-int store__punch(st_class *c, uint64_t off, uint64_t len);
+int nvme__punch(st_class *c, uint64_t off, uint64_t len);
 
 /* Flush and fully compact RocksDB, then forget the garbage settled before.
  * Called with the lock held and !s->compacting; drops it meanwhile. */
-void store__compact_locked(store *s);
+void nvme__compact_locked(nvme_tier *s);
 
 /* Make used + need fit the capacity (evicting the policy's victims,
  * waiting, compacting).  Lock held; dropped around I/O and waits.  0 or
  * -ENOSPC. */
-int store__make_room_locked(store *s, uint64_t need);
+int nvme__make_room_locked(nvme_tier *s, uint64_t need);
 
 #endif

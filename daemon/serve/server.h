@@ -17,12 +17,12 @@
 
 #include <event2/event.h>
 
-#include "cache.h"
+#include "dram.h"
 #include "config.h"
 #include "fetch.h"
 #include "source.h"
 #include "stats.h"
-#include "store.h"
+#include "nvme.h"
 #include "prefetch.h"
 #include "warmup.h"
 #include "workers.h"
@@ -36,7 +36,7 @@ typedef struct server_deps {
     fetcher *fx;
     workers *w;
     dram *dram;
-    store *nvme;                /* NULL without an NVMe tier */
+    nvme_tier *nvme;                /* NULL without an NVMe tier */
     prefetcher *pf;
     warmup *wu;
     gr_stats *stats;

@@ -1,5 +1,5 @@
 /*
- * store.h - the NVMe tier: chunks kept on local disk across daemon restarts.
+ * nvme.h - the NVMe tier: chunks kept on local disk across daemon restarts.
  *
  * A RocksDB database under the tier's directory holds the chunk index (key ->
  * where the bytes are, length, XXH3 checksum, last access) and small chunks
@@ -24,21 +24,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_KEY_LEN 24
-#define STORE_ALIGN 4096        /* buffer alignment for store_get/store_put */
+#define NVME_KEY_LEN 24
+#define NVME_ALIGN 4096        /* buffer alignment for store_get/store_put */
 
-typedef struct store store;
+typedef struct nvme_tier nvme_tier;
 
-typedef struct store_config {
+typedef struct nvme_config {
     const char *path;           /* directory; created (mode 0750) if missing */
     uint64_t capacity;          /* hard limit of bytes on disk, all files included */
     uint64_t inline_max;        /* chunks of at most this many bytes go inline in RocksDB */
     uint64_t max_chunk;         /* largest chunk ever put (the daemon's chunk size) */
     const char *policy;         /* eviction policy, a policy_kind_parse name; NULL or "" = lru.
                                  * Only the access order persists across a restart. */
-} store_config;
+} nvme_config;
 
-typedef struct store_stats {
+typedef struct nvme_stats {
     uint64_t capacity_bytes;    /* configured capacity */
     uint64_t used_bytes;        /* bytes accounted on disk now (slots + inline + metadata reserve) */
     uint64_t chunks;            /* chunks held */
@@ -51,8 +51,8 @@ typedef struct store_stats {
     uint64_t io_errors;         /* reads or writes that failed with an I/O error */
     uint64_t space_errors;      /* writes the filesystem refused for want of space (ENOSPC) */
     uint64_t offline_skips;     /* gets and puts not tried because the device was offline or full */
-    int state;                  /* STORE_STATE_* now */
-} store_stats;
+    int state;                  /* NVME_STATE_* now */
+} nvme_stats;
 
 /*
  * Device health.  A tier whose device fails (ST_FAIL_STREAK I/O errors in
@@ -65,12 +65,12 @@ typedef struct store_stats {
  * success brings the tier back to OK.  Nothing blocks: a failing device
  * costs one error per back-off period.
  */
-#define STORE_STATE_OK      0
-#define STORE_STATE_FULL    1
-#define STORE_STATE_OFFLINE 2
+#define NVME_STATE_OK      0
+#define NVME_STATE_FULL    1
+#define NVME_STATE_OFFLINE 2
 
 /* "ok", "full", "offline". */
-const char *store_state_name(int state);
+const char *nvme_state_name(int state);
 
 /*
  * Open (or create) the tier at cfg->path and rebuild the in-memory index
@@ -83,16 +83,16 @@ const char *store_state_name(int state);
  * -errno with a one-line reason in err (-EINVAL for an unknown policy name,
  * a capacity too small, or bad sizes).
  */
-int store_open(const store_config *cfg, store **out, char *err, size_t errlen);
+int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen);
 
 /* Persist what is cheap to persist (access order), close RocksDB and the
  * data files, free everything, set *s to NULL.  NULL-safe. */
-void store_close(store **s);
+void nvme_close(nvme_tier **s);
 
 /*
  * Look up key.  On a hit the chunk's bytes are copied into buf, which must be
- * STORE_ALIGN-aligned and cap bytes long, cap >= the chunk length rounded up
- * to STORE_ALIGN (max_chunk rounded up always suffices); *len gets the chunk
+ * NVME_ALIGN-aligned and cap bytes long, cap >= the chunk length rounded up
+ * to NVME_ALIGN (max_chunk rounded up always suffices); *len gets the chunk
  * length, and the checksum has been verified.  Returns:
  *   0        hit
  *   -ENOENT  not cached
@@ -100,42 +100,42 @@ void store_close(store **s);
  *            (counted), the caller should refetch from the source
  *   -EIO     the device failed; the entry was dropped
  *   -ENOBUFS cap too small
- * While the tier is offline (STORE_STATE_OFFLINE) every key is -ENOENT.
+ * While the tier is offline (NVME_STATE_OFFLINE) every key is -ENOENT.
  * A hit counts as an access for the eviction policy (for lru: the chunk
  * becomes the most recently used).  A miss does not: the policy sees it
  * when the caller puts the key.
  */
-int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap, size_t *len);
+int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t cap, size_t *len);
 
 /*
  * Store len bytes under key, replacing any previous value.  A key not
  * cached is first offered to the policy (policy_admit: the miss that
  * brought it); if admitted, the policy's victims are evicted until it fits.
  * A replaced key is not offered again: its new value enters as a fresh
- * item.  data must be STORE_ALIGN-aligned and readable up to len rounded up
- * to STORE_ALIGN (the tail past len is written to disk but never returned).
+ * item.  data must be NVME_ALIGN-aligned and readable up to len rounded up
+ * to NVME_ALIGN (the tail past len is written to disk but never returned).
  * Returns 0, -ECANCELED (not admitted: the policy judged the chunk worth
  * less than what it would displace; nothing was written, not an error,
  * counted in not_admitted), -E2BIG (len > max_chunk or larger than the
  * capacity allows), -ENOSPC / -EIO from the device (nothing is
  * half-stored: the index never points at unwritten bytes), -ENODEV (the
- * tier is offline or full, see STORE_STATE_*: nothing was tried).
+ * tier is offline or full, see NVME_STATE_*: nothing was tried).
  */
-int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size_t len);
+int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, size_t len);
 
 /* Whether key is cached, without touching its recency.  1, 0. */
-int store_contains(store *s, const uint8_t key[STORE_KEY_LEN]);
+int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
 
 /* Drop key.  0, or -ENOENT if it was not cached. */
-int store_delete(store *s, const uint8_t key[STORE_KEY_LEN]);
+int nvme_delete(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix.
  * Returns the number dropped. */
-long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen);
+long nvme_drop_prefix(nvme_tier *s, const uint8_t *prefix, size_t plen);
 
 /* Drop every chunk of the n files ids (16-byte key prefixes), in one pass
  * over the index.  Returns how many, or -ENOMEM. */
-long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n);
+long nvme_drop_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n);
 
 /*
  * Pin (pinned != 0) or unpin the chunks of the n files ids (16-byte key
@@ -144,17 +144,17 @@ long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n);
  * store_close (they are not persisted).  One pass over the index.  Returns
  * the number of chunks of those files held now, or -ENOMEM.
  */
-long store_pin_files(store *s, const uint8_t (*ids)[16], size_t n, int pinned);
+long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n, int pinned);
 
 /* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
  * 0, -EINVAL (unknown name), -ENOMEM. */
-int store_set_policy(store *s, const char *policy_name);
+int nvme_set_policy(nvme_tier *s, const char *policy_name);
 
 /* Snapshot of the counters. */
-void store_get_stats(store *s, store_stats *out);
+void nvme_get_stats(nvme_tier *s, nvme_stats *out);
 
 /* Bytes the tier's directory really occupies on disk (st_blocks of every
  * file under it), for tests and health checks.  -errno on failure. */
-int64_t store_disk_usage(const char *path);
+int64_t nvme_disk_usage(const char *path);
 
 #endif

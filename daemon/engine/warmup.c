@@ -63,7 +63,7 @@ struct wjob {
 struct warmup {
     struct event_base *base;
     fetcher *fx;
-    store *nvme;
+    nvme_tier *nvme;
     source *src;
     gr_stats *stats;
     char *dir;                  /* state directory, or NULL */
@@ -277,7 +277,7 @@ static void warm_file(wtask *t, const wpath *p, wres *r, uint8_t *buf, size_t bu
         uint8_t key[CHUNK_KEY_LEN];
         size_t len = 0;
         chunk_key(key, sf.id, i);
-        if (store_contains(wu->nvme, key) == 1) {
+        if (nvme_contains(wu->nvme, key) == 1) {
             r->skipped++;
             continue;
         }
@@ -291,7 +291,7 @@ static void warm_file(wtask *t, const wpath *p, wres *r, uint8_t *buf, size_t bu
             break;
         }
         memset(buf + len, 0, bufcap - len);     /* O_DIRECT writes whole pages */
-        rc = store_put(wu->nvme, key, buf, len);
+        rc = nvme_put(wu->nvme, key, buf, len);
         if (rc == -ECANCELED) {
             r->skipped++;                       /* the tier's policy declined it */
         } else if (rc < 0) {
@@ -688,7 +688,7 @@ out:
     fclose(f);
 }
 
-int warmup_new(struct event_base *base, fetcher *fx, store *nvme, source *src, gr_stats *stats,
+int warmup_new(struct event_base *base, fetcher *fx, nvme_tier *nvme, source *src, gr_stats *stats,
                uint64_t chunk_size, const char *state_dir, warmup **out, char *err, size_t errlen)
 {
     warmup *wu = calloc(1, sizeof(*wu));

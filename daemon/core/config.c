@@ -20,14 +20,13 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "ini.h"
 #include "log.h"
+#include "size.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
-
-/* Largest file config_load accepts; a config is a few KiB. */
-#define CONFIG_FILE_MAX (1024 * 1024)
 
 /* Upper bound of KT_SECONDS values: a bit over 31 years. */
 #define CONFIG_SECONDS_MAX 1e9
@@ -149,22 +148,6 @@ static int is_blank(int ch)
     return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v';
 }
 
-/* Format a byte count with the largest suffix that keeps it exact: 4M, 64K. */
-static void size_format(uint64_t v, char *buf, size_t len)
-{
-    static const char sfx[] = "KMGT";
-    int i = -1;
-
-    while (v != 0 && i < 3 && (v & (KIB - 1)) == 0) {
-        v >>= 10;
-        i++;
-    }
-    if (i < 0)
-        snprintf(buf, len, "%llu", (unsigned long long)v);
-    else
-        snprintf(buf, len, "%llu%c", (unsigned long long)v, sfx[i]);
-}
-
 /* Shortest "%g" form that reads back as the same double. */
 static void seconds_format(double v, char *buf, size_t len)
 {
@@ -197,47 +180,13 @@ static void choices_format(const char *const *choices, char *buf, size_t len)
 
 /* ---- sizes and numbers ------------------------------------------------- */
 
-/* config_parse_size() with overflow (-ERANGE) told apart from bad syntax. */
-static int size_parse(const char *s, uint64_t *out)
-{
-    uint64_t v = 0, mul = 1;
-    const char *p = s;
-
-    if (!isdigit((unsigned char)*p))
-        return -EINVAL;
-    for (; isdigit((unsigned char)*p); p++) {
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -ERANGE;
-        v = v * 10 + d;
-    }
-    switch (tolower((unsigned char)*p)) {
-    case 'k': mul = KIB; p++; break;
-    case 'm': mul = MIB; p++; break;
-    case 'g': mul = GIB; p++; break;
-    case 't': mul = GIB * KIB; p++; break;
-    default: break;
-    }
-    if (mul != 1 && tolower((unsigned char)p[0]) == 'i' && tolower((unsigned char)p[1]) == 'b')
-        p += 2;
-    else if (tolower((unsigned char)*p) == 'b')
-        p++;
-    if (*p != '\0')
-        return -EINVAL;
-    if (v > UINT64_MAX / mul)
-        return -ERANGE;
-    *out = v * mul;
-    return 0;
-}
-
 /*
- * Parse a size: decimal digits, then an optional K, M, G or T (powers of
- * 1024, any case), then an optional "B" or (after a suffix) "iB".  No sign,
- * fraction or blanks.  Returns 0 and *out, or -EINVAL (*out untouched).
+ * Parse a size (common/size.h syntax).  Returns 0 and *out, or -EINVAL
+ * (*out untouched).
  */
 int config_parse_size(const char *s, uint64_t *out)
 {
-    return size_parse(s, out) < 0 ? -EINVAL : 0;
+    return gr__size_parse(s, out) < 0 ? -EINVAL : 0;
 }
 
 /* Name of a log level ("?" for values outside the enum). */
@@ -391,7 +340,7 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
 
     case KT_SIZE: {
         uint64_t x;
-        int rc = size_parse(v, &x);
+        int rc = gr__size_parse(v, &x);
 
         if (rc == -ERANGE) {
             err_set(err, errlen, "[%s] %s: \"%.*s%s\" is too large", k->section, k->name, QV(v));
@@ -402,8 +351,8 @@ static int key_set(gr_config *c, const config_key *k, const char *v, char *err, 
                    "K, M, G or T suffix)", k->section, k->name, QV(v));
             return -EINVAL;
         }
-        size_format(k->min, lo, sizeof(lo));
-        size_format(k->max, hi, sizeof(hi));
+        gr__size_format(k->min, lo, sizeof(lo));
+        gr__size_format(k->max, hi, sizeof(hi));
         if ((k->flags & KF_POW2) && (x < k->min || x > k->max || (x & (x - 1)) != 0)) {
             err_set(err, errlen, "[%s] %s: \"%.*s%s\" is not a power of two between %s and %s",
                    k->section, k->name, QV(v), lo, hi);
@@ -515,7 +464,7 @@ static void key_format(const gr_config *c, const config_key *k, char *buf, size_
         snprintf(buf, len, "%.*s", (int)k->size, (const char *)f);
         break;
     case KT_SIZE:
-        size_format(*(const uint64_t *)f, buf, len);
+        gr__size_format(*(const uint64_t *)f, buf, len);
         break;
     case KT_INT:
         snprintf(buf, len, "%d", *(const int *)f);
@@ -549,8 +498,8 @@ static void type_format(const config_key *k, char *buf, size_t len)
 {
     char lo[24], hi[24], ch[64];
 
-    size_format(k->min, lo, sizeof(lo));
-    size_format(k->max, hi, sizeof(hi));
+    gr__size_format(k->min, lo, sizeof(lo));
+    gr__size_format(k->max, hi, sizeof(hi));
     switch (k->type) {
     case KT_PATH:
         snprintf(buf, len, "path");
@@ -635,222 +584,33 @@ int config_set(gr_config *c, const char *section, const char *key, const char *v
     return key_set(c, k, value, err, errlen);
 }
 
-/* Trim blanks from both ends of s in place; returns the new start. */
-static char *trim(char *s)
+/* gr__ini_cb: sections must be known, keys are set as config_set does. */
+static int parse_cb(void *arg, const char *section, const char *key, const char *value,
+                    char *msg, size_t msglen)
 {
-    char *e;
+    gr_config *c = arg;
 
-    while (is_blank((unsigned char)*s))
-        s++;
-    e = s + strlen(s);
-    while (e > s && is_blank((unsigned char)e[-1]))
-        *--e = '\0';
-    return s;
-}
-
-/* Cut an inline comment: '#' or ';' after a blank.  s points into a line
- * after its '=', so s[-1] is readable (and trim() only moved the start). */
-static void cut_comment(char *s)
-{
-    for (char *p = s; *p; p++) {
-        if ((*p == '#' || *p == ';') && is_blank((unsigned char)p[-1])) {
-            *p = '\0';
-            return;
-        }
-    }
-}
-
-/* The value part of a "key = value" line (s, after '='), in place: either a
- * double-quoted string (\" and \\ escape) followed only by a comment, or bare
- * text up to an inline comment.  NULL with a message on error. */
-static char *parse_value(char *s, char *msg, size_t msglen)
-{
-    char *o, *p;
-
-    s = trim(s);
-    if (*s != '"') {
-        cut_comment(s);
-        return trim(s);
-    }
-    for (o = s, p = s + 1; *p && *p != '"'; p++) {
-        if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
-            p++;
-        *o++ = *p;
-    }
-    if (*p != '"') {
-        err_set(msg, msglen, "unterminated quoted value");
-        return NULL;
-    }
-    *o = '\0';
-    p = trim(p + 1);
-    if (*p && *p != '#' && *p != ';') {
-        err_set(msg, msglen, "unexpected text after the closing quote");
-        return NULL;
-    }
-    return s;
-}
-
-/* One line, NUL-terminated, no '\n'.  *section is the current section
- * (pointing into an earlier line of the same buffer) or NULL. */
-static int parse_line(gr_config *c, char *line, char **section, char *msg, size_t msglen)
-{
-    char *s = trim(line), *eq, *key, *value;
-    int rc;
-
-    if (*s == '\0' || *s == '#' || *s == ';')
-        return 0;
-    if (*s == '[') {
-        char *close = strchr(s, ']'), *rest;
-
-        if (!close) {
-            err_set(msg, msglen, "expected \"[section]\"");
+    if (!key) {
+        if (!section_known(section)) {
+            err_set(msg, msglen, "unknown section [%.*s%s]", QV(section));
             return -EINVAL;
         }
-        *close = '\0';
-        rest = trim(close + 1);
-        if (*rest && *rest != '#' && *rest != ';') {
-            err_set(msg, msglen, "expected \"[section]\"");
-            return -EINVAL;
-        }
-        s = trim(s + 1);
-        if (!section_known(s)) {
-            err_set(msg, msglen, "unknown section [%.*s%s]", QV(s));
-            return -EINVAL;
-        }
-        *section = s;
         return 0;
     }
-    eq = strchr(s, '=');
-    if (!eq || eq == s) {
-        err_set(msg, msglen, "expected \"key = value\"");
-        return -EINVAL;
-    }
-    if (!*section) {
-        err_set(msg, msglen, "key outside any section");
-        return -EINVAL;
-    }
-    *eq = '\0';
-    key = trim(s);
-    value = parse_value(eq + 1, msg, msglen);
-    if (!value)
-        return -EINVAL;
-    rc = config_set(c, *section, key, value, msg, msglen);
-    return rc < 0 ? -EINVAL : 0;
+    return config_set(c, section, key, value, msg, msglen) < 0 ? -EINVAL : 0;
 }
 
-/*
- * Line by line over a private NUL-terminated copy of text (so lines of any
- * length need no buffer of their own).  Lines end in "\n" or "\r\n"; the
- * last needs no newline.  A leading UTF-8 byte order mark is skipped.
- * Returns 0, -EINVAL ("name:line: message") or -ENOMEM.
- */
+/* The format is common/ini.h's, read by the one reader libgranary uses
+ * too, so daemon and clients can never disagree about a file. */
 int config_parse(gr_config *c, const char *text, size_t len, const char *name,
                  char *err, size_t errlen)
 {
-    char msg[512], *buf, *p, *end, *section = NULL;
-    unsigned line = 0;
-    int rc = 0;
-
-    if (!name)
-        name = "config";
-    buf = malloc(len + 1);
-    if (!buf) {
-        err_set(err, errlen, "%s: out of memory", name);
-        return -ENOMEM;
-    }
-    if (len)
-        memcpy(buf, text, len);
-    buf[len] = '\0';
-    p = buf;
-    end = buf + len;
-    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
-        p += 3;
-    while (p < end) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        char *eol = nl ? nl : end;
-
-        line++;
-        *eol = '\0';
-        if (strlen(p) != (size_t)(eol - p)) {
-            err_set(err, errlen, "%s:%u: NUL byte in line", name, line);
-            rc = -EINVAL;
-            break;
-        }
-        if (eol > p && eol[-1] == '\r')
-            eol[-1] = '\0';
-        rc = parse_line(c, p, &section, msg, sizeof(msg));
-        if (rc < 0) {
-            err_set(err, errlen, "%s:%u: %s", name, line, msg);
-            break;
-        }
-        p = eol + 1;
-    }
-    free(buf);
-    return rc;
+    return gr__ini_parse(text, len, name, parse_cb, c, err, errlen);
 }
 
-/* Reads the whole file (up to CONFIG_FILE_MAX; any kind of file, so
- * /dev/stdin works) and parses it with path as the name in messages. */
 int config_load(gr_config *c, const char *path, char *err, size_t errlen)
 {
-    size_t cap = 64 * 1024, len = 0;
-    char *buf = NULL;
-    int fd, rc;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        err_set(err, errlen, "%s: %s", path, strerror(errno));
-        return rc;
-    }
-    buf = malloc(cap);
-    if (!buf) {
-        err_set(err, errlen, "%s: out of memory", path);
-        rc = -ENOMEM;
-        goto fail;
-    }
-    for (;;) {
-        ssize_t n;
-
-        if (len == cap) {
-            char *nb;
-
-            if (cap > CONFIG_FILE_MAX) {
-                err_set(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
-                rc = -EFBIG;
-                goto fail;
-            }
-            nb = realloc(buf, cap * 2);
-            if (!nb) {
-                err_set(err, errlen, "%s: out of memory", path);
-                rc = -ENOMEM;
-                goto fail;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        n = read(fd, buf + len, cap - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = -errno;
-            err_set(err, errlen, "%s: read: %s", path, strerror(errno));
-            goto fail;
-        }
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
-    if (len > CONFIG_FILE_MAX) {
-        err_set(err, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
-        rc = -EFBIG;
-        goto fail;
-    }
-    rc = config_parse(c, buf, len, path, err, errlen);
-fail:
-    free(buf);
-    close(fd);
-    return rc;
+    return gr__ini_load(path, parse_cb, c, err, errlen);
 }
 
 /* Checks that span keys; single values were checked when they were set. */
@@ -863,13 +623,13 @@ int config_validate(const gr_config *c, char *err, size_t errlen)
         return -EINVAL;
     }
     if (c->dram_capacity < c->chunk_size) {
-        size_format(c->dram_capacity, a, sizeof(a));
-        size_format(c->chunk_size, b, sizeof(b));
+        gr__size_format(c->dram_capacity, a, sizeof(a));
+        gr__size_format(c->chunk_size, b, sizeof(b));
         err_set(err, errlen, "[dram] capacity (%s) is smaller than [source] chunk_size (%s)", a, b);
         return -EINVAL;
     }
     if (c->nvme_path[0] && c->nvme_capacity < 16 * MIB) {
-        size_format(c->nvme_capacity, a, sizeof(a));
+        gr__size_format(c->nvme_capacity, a, sizeof(a));
         err_set(err, errlen, "[nvme] capacity (%s) is below 16M; set path = \"\" to disable "
                "the NVMe tier", a);
         return -EINVAL;

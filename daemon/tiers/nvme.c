@@ -1,5 +1,5 @@
 /*
- * store.c - the NVMe tier (see store.h): a RocksDB index with small chunks
+ * nvme.c - the NVMe tier (see nvme.h): a RocksDB index with small chunks
  * inline, larger chunks in O_DIRECT slots of per-size-class data files, an
  * in-memory hash table, an eviction policy (policy.h) that orders the
  * entries and admits new ones, and byte accounting that keeps the whole
@@ -73,8 +73,8 @@
 
 #include "log.h"
 #include "policy.h"
-#include "store.h"
-#include "store_int.h"
+#include "nvme.h"
+#include "nvme_int.h"
 
 #define ST_EVICT_BATCH   32             /* evictions per unlock */
 
@@ -93,7 +93,7 @@ static void st_rec_encode(uint8_t out[ST_REC_HDR], const st_rec *r)
 }
 
 /* 0, or -EINVAL when the value is not a well-formed record. */
-int store__rec_decode(const uint8_t *v, size_t vlen, st_rec *r)
+int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r)
 {
     if (vlen < ST_REC_HDR || v[0] != ST_REC_VERSION || v[1] > ST_KIND_SLOT)
         return -EINVAL;
@@ -119,7 +119,7 @@ static uint64_t st_now_ns(void)
 /* A strictly increasing access time: wall-clock ns, so it means something
  * to a later policy, but never equal or backwards, so the access order
  * survives a restart exactly. */
-static uint64_t st_tick_locked(store *s)
+static uint64_t st_tick_locked(nvme_tier *s)
 {
     uint64_t now = st_now_ns();
 
@@ -128,7 +128,7 @@ static uint64_t st_tick_locked(store *s)
 }
 
 /* Smallest class whose slots hold alen bytes, or -1. */
-int store__class_for(const store *s, uint64_t alen)
+int nvme__class_for(const nvme_tier *s, uint64_t alen)
 {
     int lo = 0, hi = s->ncls;
 
@@ -144,24 +144,24 @@ int store__class_for(const store *s, uint64_t alen)
 
 /* ---- hash table and policy (all _locked) ---- */
 
-static st_entry **st_bucket_locked(store *s, const uint8_t key[STORE_KEY_LEN])
+static st_entry **st_bucket_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 {
     return &s->tab[st_hash(key) & s->tabmask];
 }
 
-st_entry *store__find_locked(store *s, const uint8_t key[STORE_KEY_LEN])
+st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 {
     st_entry *e;
 
     for (e = *st_bucket_locked(s, key); e; e = e->hnext)
-        if (memcmp(e->key, key, STORE_KEY_LEN) == 0)
+        if (memcmp(e->key, key, NVME_KEY_LEN) == 0)
             return e;
     return NULL;
 }
 
 /* Double the bucket array when the load passes 1.  Failure to grow only
  * makes chains longer. */
-static void st_grow_locked(store *s)
+static void st_grow_locked(nvme_tier *s)
 {
     size_t n = (s->tabmask + 1) * 2;
     st_entry **t;
@@ -184,7 +184,7 @@ static void st_grow_locked(store *s)
 
 /* Link a new entry (key not present) into the table; the caller also
  * inserts it into the policy (at open, only once all are loaded). */
-void store__link_locked(store *s, st_entry *e)
+void nvme__link_locked(nvme_tier *s, st_entry *e)
 {
     st_entry **b;
 
@@ -196,7 +196,7 @@ void store__link_locked(store *s, st_entry *e)
 }
 
 /* Take e out of the table (not out of the policy) and mark it dead. */
-void store__unhash_locked(store *s, st_entry *e)
+void nvme__unhash_locked(nvme_tier *s, st_entry *e)
 {
     st_entry **p = st_bucket_locked(s, e->key);
 
@@ -210,7 +210,7 @@ void store__unhash_locked(store *s, st_entry *e)
 
 /* Every entry of the table, in no particular order, into v (s->count + 1
  * slots).  Returns how many. */
-size_t store__collect_locked(store *s, st_entry **v)
+size_t nvme__collect_locked(nvme_tier *s, st_entry **v)
 {
     size_t n = 0;
 
@@ -232,7 +232,7 @@ static uint64_t st_charge(const st_entry *e)
 }
 
 /* Pin or unpin e in the policy, keeping pinned_bytes. */
-static void st_set_pinned_locked(store *s, st_entry *e, int pinned)
+static void st_set_pinned_locked(nvme_tier *s, st_entry *e, int pinned)
 {
     if (e->pinned == !!pinned)
         return;
@@ -246,7 +246,7 @@ static void st_set_pinned_locked(store *s, st_entry *e, int pinned)
 
 /* Hand a linked entry to the policy as a new item (pinned if a pin covers
  * it). */
-void store__policy_insert_locked(store *s, st_entry *e)
+void nvme__policy_insert_locked(nvme_tier *s, st_entry *e)
 {
     policy_node_init(&e->pn, st_hash(e->key), st_charge(e));
     policy_insert(s->pol, &e->pn);
@@ -264,7 +264,7 @@ void store__policy_insert_locked(store *s, st_entry *e)
  * Called before each admission, the one decision that reads how full the
  * policy is.  (A resize is an insert, which lfu counts towards its ageing.)
  */
-static void st_sync_garbage_locked(store *s)
+static void st_sync_garbage_locked(nvme_tier *s)
 {
     if (s->gpn_in && s->gpn.size == s->garbage)
         return;
@@ -285,11 +285,11 @@ static void st_sync_garbage_locked(store *s)
  * table's reference from now on and settles st_meta_charge(e) once the
  * tombstones are written.
  */
-static void st_remove_locked(store *s, st_entry *e)
+static void st_remove_locked(nvme_tier *s, st_entry *e)
 {
     uint64_t c = st_meta_charge(e);
 
-    store__unhash_locked(s, e);
+    nvme__unhash_locked(s, e);
     if (e->pinned)
         s->pinned_bytes -= e->pn.size;
     e->pinned = 0;
@@ -300,7 +300,7 @@ static void st_remove_locked(store *s, st_entry *e)
         s->pending_free += st_round(e->len);
 }
 
-static void st_settle_locked(store *s, uint64_t g)
+static void st_settle_locked(nvme_tier *s, uint64_t g)
 {
     s->garbage_settled += g;
     pthread_cond_broadcast(&s->cv);
@@ -308,7 +308,7 @@ static void st_settle_locked(store *s, uint64_t g)
 
 /* ---- free slot heaps ---- */
 
-int store__heap_push(st_class *c, uint32_t slot)
+int nvme__heap_push(st_class *c, uint32_t slot)
 {
     uint32_t i;
 
@@ -362,9 +362,9 @@ static int st_slot_alloc_locked(st_class *c, uint32_t *slot)
 
 /* ---- device health ---- */
 
-const char *store_state_name(int state)
+const char *nvme_state_name(int state)
 {
-    return state == STORE_STATE_OK ? "ok" : state == STORE_STATE_FULL ? "full" : "offline";
+    return state == NVME_STATE_OK ? "ok" : state == NVME_STATE_FULL ? "full" : "offline";
 }
 
 /* Whether rc is the device's failure (not a bad entry, not our accounting). */
@@ -380,11 +380,11 @@ static int st_device_error(int rc)
  * then exactly one caller probes (retry_ns moves on by the back-off, so
  * the others keep skipping meanwhile).
  */
-static int st_usable_locked(store *s, int put)
+static int st_usable_locked(nvme_tier *s, int put)
 {
     uint64_t now;
 
-    if (s->state == STORE_STATE_OK || (s->state == STORE_STATE_FULL && !put))
+    if (s->state == NVME_STATE_OK || (s->state == NVME_STATE_FULL && !put))
         return 1;
     now = st_now_ns();
     if (now < s->retry_ns) {
@@ -396,13 +396,13 @@ static int st_usable_locked(store *s, int put)
 }
 
 /* Account the outcome of one device operation (rc 0 or -errno). */
-static void st_note_locked(store *s, int rc)
+static void st_note_locked(nvme_tier *s, int rc)
 {
     if (rc == 0) {
         s->err_streak = 0;
-        if (s->state != STORE_STATE_OK) {
-            log_warn("store: %s is back (was %s)", s->path, store_state_name(s->state));
-            s->state = STORE_STATE_OK;
+        if (s->state != NVME_STATE_OK) {
+            log_warn("nvme: %s is back (was %s)", s->path, nvme_state_name(s->state));
+            s->state = NVME_STATE_OK;
             s->backoff_ns = ST_BACKOFF_MIN_NS;
         }
         return;
@@ -411,26 +411,26 @@ static void st_note_locked(store *s, int rc)
         return;
     if (rc == -ENOSPC || rc == -EDQUOT)
         s->st.space_errors++;
-    if (++s->err_streak < ST_FAIL_STREAK && s->state == STORE_STATE_OK)
+    if (++s->err_streak < ST_FAIL_STREAK && s->state == NVME_STATE_OK)
         return;
-    if (s->state == STORE_STATE_OK) {
+    if (s->state == NVME_STATE_OK) {
         s->backoff_ns = ST_BACKOFF_MIN_NS;
-        log_error("store: %s: %s; the NVMe tier is %s, serving from DRAM and the source",
+        log_error("nvme: %s: %s; the NVMe tier is %s, serving from DRAM and the source",
                   s->path, strerror(-rc), rc == -ENOSPC || rc == -EDQUOT ? "full" : "offline");
     } else if (s->backoff_ns < ST_BACKOFF_MAX_NS) {
         s->backoff_ns *= 2;             /* a failed probe */
     }
     /* Full only if the device still reads; an I/O error trumps it. */
     if (rc == -ENOSPC || rc == -EDQUOT) {
-        if (s->state != STORE_STATE_OFFLINE)
-            s->state = STORE_STATE_FULL;
+        if (s->state != NVME_STATE_OFFLINE)
+            s->state = NVME_STATE_FULL;
     } else {
-        s->state = STORE_STATE_OFFLINE;
+        s->state = NVME_STATE_OFFLINE;
     }
     s->retry_ns = st_now_ns() + s->backoff_ns;
 }
 
-static void st_note(store *s, int rc)
+static void st_note(nvme_tier *s, int rc)
 {
     pthread_mutex_lock(&s->lock);
     st_note_locked(s, rc);
@@ -439,7 +439,7 @@ static void st_note(store *s, int rc)
 
 /* ---- data file I/O ---- */
 
-int store__punch(st_class *c, uint64_t off, uint64_t len)
+int nvme__punch(st_class *c, uint64_t off, uint64_t len)
 {
     if (len && fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                          (off_t)off, (off_t)len) < 0)
@@ -486,12 +486,12 @@ static int st_pread_full(int fd, void *buf, uint64_t len, uint64_t off)
 /* Free a dead, unreferenced entry: punch its slot, then make the slot and
  * its bytes available.  A slot that cannot be punched stays charged and is
  * never reused, so the accounting stays true. */
-static void st_release(store *s, st_entry *e)
+static void st_release(nvme_tier *s, st_entry *e)
 {
     if (!st_is_inline(e)) {
         st_class *c = &s->cls[e->cls];
         uint64_t alen = st_round(e->len);
-        int rc = store__punch(c, (uint64_t)e->slot * c->size, alen);
+        int rc = nvme__punch(c, (uint64_t)e->slot * c->size, alen);
 
         pthread_mutex_lock(&s->lock);
         s->pending_free -= alen;
@@ -499,13 +499,13 @@ static void st_release(store *s, st_entry *e)
             s->st.io_errors++;
         } else {
             s->slot_bytes -= alen;
-            if (store__heap_push(c, e->slot) < 0)
+            if (nvme__heap_push(c, e->slot) < 0)
                 rc = -ENOMEM;           /* punched: only the slot number leaks */
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->lock);
         if (rc < 0)
-            log_error("store: free %s/data-%" PRIu64 ".dat slot %u: %s",
+            log_error("nvme: free %s/data-%" PRIu64 ".dat slot %u: %s",
                       s->path, c->size, e->slot, strerror(-rc));
     }
     free(e);
@@ -513,7 +513,7 @@ static void st_release(store *s, st_entry *e)
 
 /* Drop one reference; the last one releases a dead entry.  ctr, when not
  * NULL, is a counter to bump under the same lock hold. */
-static void st_unref(store *s, st_entry *e, uint64_t *ctr)
+static void st_unref(nvme_tier *s, st_entry *e, uint64_t *ctr)
 {
     int last;
 
@@ -526,7 +526,7 @@ static void st_unref(store *s, st_entry *e, uint64_t *ctr)
         st_release(s, e);
 }
 
-static pthread_mutex_t *st_stripe(store *s, const uint8_t key[STORE_KEY_LEN])
+static pthread_mutex_t *st_stripe(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 {
     return &s->stripes[st_hash(key) % ST_STRIPES];
 }
@@ -537,7 +537,7 @@ static pthread_mutex_t *st_stripe(store *s, const uint8_t key[STORE_KEY_LEN])
  * is between its RocksDB write and its table update; a key that has been
  * put again meanwhile keeps its new 'C' record.  0 or -EIO (logged, counted).
  */
-static int st_db_delete(store *s, st_entry *const *v, size_t n)
+static int st_db_delete(nvme_tier *s, st_entry *const *v, size_t n)
 {
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     uint8_t k[ST_DBKEY_LEN];
@@ -552,7 +552,7 @@ static int st_db_delete(store *s, st_entry *const *v, size_t n)
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++) {
         st_dbkey(k, ST_PFX_CHUNK, v[i]->key);
-        if (!store__find_locked(s, v[i]->key))
+        if (!nvme__find_locked(s, v[i]->key))
             rocksdb_writebatch_delete(b, (const char *)k, sizeof(k));
         if (v[i]->has_arec) {
             k[0] = ST_PFX_ATIME;
@@ -567,7 +567,7 @@ static int st_db_delete(store *s, st_entry *const *v, size_t n)
             pthread_mutex_unlock(&s->stripes[i]);
     rocksdb_writebatch_destroy(b);
     if (err) {
-        log_error("store: rocksdb delete in %s: %s", s->path, err);
+        log_error("nvme: rocksdb delete in %s: %s", s->path, err);
         rocksdb_free(err);
         pthread_mutex_lock(&s->lock);
         s->st.io_errors++;
@@ -579,7 +579,7 @@ static int st_db_delete(store *s, st_entry *const *v, size_t n)
 
 /* Remove the n entries (already st_remove_locked) from RocksDB, settle
  * their garbage and drop the table's references.  Without lock. */
-static void st_finish_removal(store *s, st_entry *const *v, size_t n)
+static void st_finish_removal(nvme_tier *s, st_entry *const *v, size_t n)
 {
     uint64_t g = 0;
 
@@ -596,7 +596,7 @@ static void st_finish_removal(store *s, st_entry *const *v, size_t n)
 }
 
 /* Drop e because its bytes are bad, unless someone already removed it. */
-static void st_drop_bad(store *s, st_entry *e)
+static void st_drop_bad(nvme_tier *s, st_entry *e)
 {
     pthread_mutex_lock(&s->lock);
     if (e->dead) {
@@ -617,7 +617,7 @@ static void st_drop_bad(store *s, st_entry *e)
  * or iterator open drops them.  Called with lock held and !s->compacting;
  * drops the lock meanwhile.
  */
-void store__compact_locked(store *s)
+void nvme__compact_locked(nvme_tier *s)
 {
     uint64_t g0 = s->garbage_settled;
     char *err = NULL;
@@ -632,7 +632,7 @@ void store__compact_locked(store *s)
     if (err) {
         s->st.io_errors++;
         pthread_mutex_unlock(&s->lock);
-        log_error("store: rocksdb flush in %s: %s", s->path, err);
+        log_error("nvme: rocksdb flush in %s: %s", s->path, err);
         rocksdb_free(err);
         pthread_mutex_lock(&s->lock);
     } else {
@@ -643,17 +643,17 @@ void store__compact_locked(store *s)
 }
 
 /* Compact when garbage has grown past the threshold. */
-static void st_maybe_compact(store *s)
+static void st_maybe_compact(nvme_tier *s)
 {
     pthread_mutex_lock(&s->lock);
     if (!s->compacting && s->garbage_settled >= st_compact_thr_locked(s))
-        store__compact_locked(s);
+        nvme__compact_locked(s);
     pthread_mutex_unlock(&s->lock);
 }
 
 /* Whether evicting more is needed: what is on its way back (pending slot
  * punches, and garbage once it is worth compacting) would not suffice. */
-static int st_short_locked(const store *s, uint64_t need)
+static int st_short_locked(const nvme_tier *s, uint64_t need)
 {
     uint64_t soon = s->pending_free;
 
@@ -668,7 +668,7 @@ static int st_short_locked(const store *s, uint64_t need)
  * Called and returns with lock held; drops it around I/O and waits.
  * 0, or -ENOSPC when nothing is left to free.
  */
-int store__make_room_locked(store *s, uint64_t need)
+int nvme__make_room_locked(nvme_tier *s, uint64_t need)
 {
     st_entry *v[ST_EVICT_BATCH];
 
@@ -691,12 +691,12 @@ int store__make_room_locked(store *s, uint64_t need)
         }
         can_compact = s->garbage_settled > 0 && !s->compacting;
         if (can_compact && (!s->count || s->garbage >= st_compact_thr_locked(s)))
-            store__compact_locked(s);
+            nvme__compact_locked(s);
         else if (s->pending_free || s->garbage != s->garbage_settled || s->compacting ||
                  s->inflight)
             pthread_cond_wait(&s->cv, &s->lock);    /* space, or a put to evict, comes */
         else if (can_compact)
-            store__compact_locked(s);
+            nvme__compact_locked(s);
         else
             return -ENOSPC;
     }
@@ -709,7 +709,7 @@ int store__make_room_locked(store *s, uint64_t need)
  * Read e (referenced by the caller) into buf.  0, -EBADMSG, -EIO, or
  * -EAGAIN when the inline record changed under us (the caller retries).
  */
-static int st_read_entry(store *s, st_entry *e, void *buf)
+static int st_read_entry(nvme_tier *s, st_entry *e, void *buf)
 {
     uint8_t k[ST_DBKEY_LEN];
     rocksdb_pinnableslice_t *ps;
@@ -724,7 +724,7 @@ static int st_read_entry(store *s, st_entry *e, void *buf)
 
         rc = st_pread_full(c->fd, buf, st_round(e->len), (uint64_t)e->slot * c->size);
         if (rc < 0) {
-            log_error("store: read %s/data-%" PRIu64 ".dat slot %u: %s",
+            log_error("nvme: read %s/data-%" PRIu64 ".dat slot %u: %s",
                       s->path, c->size, e->slot, strerror(-rc));
             return -EIO;
         }
@@ -735,14 +735,14 @@ static int st_read_entry(store *s, st_entry *e, void *buf)
     ps = rocksdb_get_pinned(s->db, s->ropts, (const char *)k, sizeof(k), &err);
     if (err) {
         rc = strncmp(err, "Corruption", 10) == 0 ? -EBADMSG : -EIO;
-        log_error("store: rocksdb get in %s: %s", s->path, err);
+        log_error("nvme: rocksdb get in %s: %s", s->path, err);
         rocksdb_free(err);
         return rc;
     }
     if (!ps)
         return -EAGAIN;                 /* deleted meanwhile */
     v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
-    if (store__rec_decode(v, vlen, &r) < 0) {
+    if (nvme__rec_decode(v, vlen, &r) < 0) {
         rc = -EBADMSG;
     } else if (r.kind != ST_KIND_INLINE || r.len != e->len || r.csum != e->csum) {
         rc = -EAGAIN;                   /* replaced meanwhile */
@@ -754,9 +754,9 @@ static int st_read_entry(store *s, st_entry *e, void *buf)
     return rc;
 }
 
-int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap, size_t *len)
+int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t cap, size_t *len)
 {
-    if ((uintptr_t)buf % STORE_ALIGN)
+    if ((uintptr_t)buf % NVME_ALIGN)
         return -EINVAL;
     for (int attempt = 0;; attempt++) {
         st_entry *e;
@@ -765,7 +765,7 @@ int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap,
         pthread_mutex_lock(&s->lock);
         if (attempt == 0)
             s->st.gets++;
-        e = store__find_locked(s, key);
+        e = nvme__find_locked(s, key);
         if (e && !st_usable_locked(s, 0))
             e = NULL;                   /* offline: a miss, the caller reads the source */
         if (!e || attempt == 3) {
@@ -801,7 +801,7 @@ int store_get(store *s, const uint8_t key[STORE_KEY_LEN], void *buf, size_t cap,
 }
 
 /* Write the chunk's record; for an inline chunk the bytes follow it. */
-static int st_db_put(store *s, const uint8_t key[STORE_KEY_LEN], const st_rec *r, const void *data)
+static int st_db_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const st_rec *r, const void *data)
 {
     uint8_t k[ST_DBKEY_LEN], hdr[ST_REC_HDR];
     char *err = NULL;
@@ -821,7 +821,7 @@ static int st_db_put(store *s, const uint8_t key[STORE_KEY_LEN], const st_rec *r
     }
     if (err) {
         int rc = strstr(err, "No space left") ? -ENOSPC : -EIO;
-        log_error("store: rocksdb put in %s: %s", s->path, err);
+        log_error("nvme: rocksdb put in %s: %s", s->path, err);
         rocksdb_free(err);
         return rc;
     }
@@ -830,7 +830,7 @@ static int st_db_put(store *s, const uint8_t key[STORE_KEY_LEN], const st_rec *r
 
 /* Write a chunk's bytes into its slot: allocate the blocks first, so a full
  * filesystem fails cleanly with ENOSPC before any byte is written. */
-static int st_write_slot(store *s, st_class *c, uint32_t slot, const void *data, uint64_t alen)
+static int st_write_slot(nvme_tier *s, st_class *c, uint32_t slot, const void *data, uint64_t alen)
 {
     uint64_t off = (uint64_t)slot * c->size;
     int rc = 0;
@@ -840,12 +840,12 @@ static int st_write_slot(store *s, st_class *c, uint32_t slot, const void *data,
     if (rc == 0)
         rc = st_pwrite_full(c->fd, data, alen, off);
     if (rc < 0 && rc != -ENOSPC)
-        log_error("store: write %s/data-%" PRIu64 ".dat slot %u: %s",
+        log_error("nvme: write %s/data-%" PRIu64 ".dat slot %u: %s",
                   s->path, c->size, slot, strerror(-rc));
     return rc;
 }
 
-int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size_t len)
+int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, size_t len)
 {
     int inl = len <= s->inline_max, ci = -1, rc;
     uint64_t alen = inl ? 0 : st_round(len);
@@ -855,7 +855,7 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     st_class *c = NULL;
     st_rec r;
 
-    if ((uintptr_t)data % STORE_ALIGN) {
+    if ((uintptr_t)data % NVME_ALIGN) {
         rc = -EINVAL;
         goto out;
     }
@@ -864,14 +864,14 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
         goto out;
     }
     if (!inl) {
-        ci = store__class_for(s, alen);
+        ci = nvme__class_for(s, alen);
         c = &s->cls[ci];
     }
     if (!(e = calloc(1, sizeof(*e)))) {
         rc = -ENOMEM;
         goto out;
     }
-    memcpy(e->key, key, STORE_KEY_LEN);
+    memcpy(e->key, key, NVME_KEY_LEN);
     e->len = (uint32_t)len;
     e->cls = inl ? ST_INLINE : (uint8_t)ci;
     e->refs = 1;
@@ -882,7 +882,7 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
         rc = -ENODEV;
         goto out;
     }
-    if (!store__find_locked(s, key)) {
+    if (!nvme__find_locked(s, key)) {
         /* The miss that brought the key.  A replaced key is not asked
          * again: it was admitted once and is being refreshed. */
         st_sync_garbage_locked(s);
@@ -893,7 +893,7 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
             return -ECANCELED;
         }
     }
-    rc = store__make_room_locked(s, alen + charge);
+    rc = nvme__make_room_locked(s, alen + charge);
     if (rc == 0 && c)
         rc = st_slot_alloc_locked(c, &e->slot);
     if (rc < 0) {
@@ -927,13 +927,13 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
     }
     pthread_mutex_lock(&s->lock);
     st_note_locked(s, 0);
-    if ((old = store__find_locked(s, key))) {
+    if ((old = nvme__find_locked(s, key))) {
         /* Its 'C' record was just overwritten (settled garbage) and needs
          * no tombstone; its 'A' record, if any, now belongs to the new
          * entry. */
         uint64_t g = 2 * ST_REC_BYTES(st_is_inline(old) ? old->len : 0);
 
-        store__unhash_locked(s, old);
+        nvme__unhash_locked(s, old);
         if (old->pinned)
             s->pinned_bytes -= old->pn.size;
         old->pinned = 0;
@@ -946,8 +946,8 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
         e->has_arec = old->has_arec;
         old->has_arec = 0;
     }
-    store__link_locked(s, e);
-    store__policy_insert_locked(s, e);
+    nvme__link_locked(s, e);
+    nvme__policy_insert_locked(s, e);
     s->st.puts++;
     s->inflight--;
     pthread_cond_broadcast(&s->cv);
@@ -960,15 +960,15 @@ int store_put(store *s, const uint8_t key[STORE_KEY_LEN], const void *data, size
 
 fail_unreserve:
     /* Nothing points at the slot: punch it and give everything back. */
-    if (c && store__punch(c, (uint64_t)e->slot * c->size, alen) < 0)
+    if (c && nvme__punch(c, (uint64_t)e->slot * c->size, alen) < 0)
         c = NULL;                       /* keep it charged, never reuse it */
     pthread_mutex_lock(&s->lock);
     s->meta_live -= charge;
     s->inflight--;
     if (c) {
         s->slot_bytes -= alen;
-        if (store__heap_push(c, e->slot) < 0)
-            log_warn("store: slot %u of %s/data-%" PRIu64 ".dat lost (out of memory)",
+        if (nvme__heap_push(c, e->slot) < 0)
+            log_warn("nvme: slot %u of %s/data-%" PRIu64 ".dat lost (out of memory)",
                      e->slot, s->path, c->size);
     }
     if (rc == -EIO)
@@ -983,22 +983,22 @@ out:
     return rc;
 }
 
-int store_contains(store *s, const uint8_t key[STORE_KEY_LEN])
+int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 {
     int found;
 
     pthread_mutex_lock(&s->lock);
-    found = store__find_locked(s, key) != NULL;
+    found = nvme__find_locked(s, key) != NULL;
     pthread_mutex_unlock(&s->lock);
     return found;
 }
 
-int store_delete(store *s, const uint8_t key[STORE_KEY_LEN])
+int nvme_delete(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 {
     st_entry *e;
 
     pthread_mutex_lock(&s->lock);
-    if (!(e = store__find_locked(s, key))) {
+    if (!(e = nvme__find_locked(s, key))) {
         pthread_mutex_unlock(&s->lock);
         return -ENOENT;
     }
@@ -1015,7 +1015,7 @@ int store_delete(store *s, const uint8_t key[STORE_KEY_LEN])
 typedef int (*st_match_fn)(const st_entry *e, const void *arg);
 
 /* Drop every entry that matches.  Returns how many. */
-static long st_drop_matching(store *s, st_match_fn match, const void *arg)
+static long st_drop_matching(nvme_tier *s, st_match_fn match, const void *arg)
 {
     st_entry **v = NULL;
     size_t n = 0, cap = 0;
@@ -1068,16 +1068,16 @@ static int st_match_ids(const st_entry *e, const void *arg)
     return idset_has(arg, e->key);
 }
 
-long store_drop_prefix(store *s, const uint8_t *prefix, size_t plen)
+long nvme_drop_prefix(nvme_tier *s, const uint8_t *prefix, size_t plen)
 {
     st_prefix pf = { prefix, plen };
 
-    if (plen > STORE_KEY_LEN)
+    if (plen > NVME_KEY_LEN)
         return 0;
     return st_drop_matching(s, st_match_prefix, &pf);
 }
 
-long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n)
+long nvme_drop_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n)
 {
     idset batch = { NULL, 0, 0 };
     long dropped;
@@ -1092,7 +1092,7 @@ long store_drop_files(store *s, const uint8_t (*ids)[16], size_t n)
     return dropped;
 }
 
-long store_pin_files(store *s, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
+long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
 {
     idset batch = { NULL, 0, 0 };
     long held = 0;
@@ -1118,7 +1118,7 @@ out:
     return held;
 }
 
-int store_set_policy(store *s, const char *policy_name)
+int nvme_set_policy(nvme_tier *s, const char *policy_name)
 {
     policy_kind kind;
     policy_node **pinned;
@@ -1148,7 +1148,7 @@ out:
     return rc;
 }
 
-void store_get_stats(store *s, store_stats *out)
+void nvme_get_stats(nvme_tier *s, nvme_stats *out)
 {
     pthread_mutex_lock(&s->lock);
     *out = s->st;
@@ -1198,7 +1198,7 @@ static int st_du_dir(int dfd, int64_t *sum)
     return rc;
 }
 
-int64_t store_disk_usage(const char *path)
+int64_t nvme_disk_usage(const char *path)
 {
     int64_t sum = 0;
     struct stat st;
@@ -1219,7 +1219,7 @@ int64_t store_disk_usage(const char *path)
 
 /* Write a batch of access times with the lock dropped, then settle the
  * garbage g it made. */
-static void st_write_atimes_locked(store *s, rocksdb_writebatch_t *b, uint64_t g)
+static void st_write_atimes_locked(nvme_tier *s, rocksdb_writebatch_t *b, uint64_t g)
 {
     char *err = NULL;
 
@@ -1227,7 +1227,7 @@ static void st_write_atimes_locked(store *s, rocksdb_writebatch_t *b, uint64_t g
     rocksdb_write(s->db, s->wopts, b, &err);
     rocksdb_writebatch_clear(b);
     if (err) {
-        log_warn("store: writing access times in %s: %s", s->path, err);
+        log_warn("nvme: writing access times in %s: %s", s->path, err);
         rocksdb_free(err);
     }
     pthread_mutex_lock(&s->lock);
@@ -1243,7 +1243,7 @@ static void st_write_atimes_locked(store *s, rocksdb_writebatch_t *b, uint64_t g
  * lock dropped.  The policy's own state (frequencies, ghosts) is not
  * persisted: the access times are what a restart orders the policy by.
  */
-static void st_writeback_atimes(store *s)
+static void st_writeback_atimes(nvme_tier *s)
 {
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     uint64_t g = 0;
@@ -1260,7 +1260,7 @@ static void st_writeback_atimes(store *s)
             if (st_used_locked(s) + add > s->capacity) {
                 if (n || !s->garbage_settled)
                     goto done;
-                store__compact_locked(s);
+                nvme__compact_locked(s);
                 if (st_used_locked(s) + add > s->capacity)
                     goto done;
             }
@@ -1289,9 +1289,9 @@ done:
     rocksdb_writebatch_destroy(b);
 }
 
-void store_close(store **sp)
+void nvme_close(nvme_tier **sp)
 {
-    store *s = sp ? *sp : NULL;
+    nvme_tier *s = sp ? *sp : NULL;
 
     if (!s)
         return;

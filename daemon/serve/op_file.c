@@ -1,0 +1,207 @@
+/*
+ * op_file.c - OPEN (a path to a handle, behind the access proof) and
+ * CLOSE.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "serve_int.h"
+
+/* An OPEN whose attributes are being fetched. */
+typedef struct openreq {
+    wq_job job;
+    conn *c;
+    int proof;                  /* the client's fd of the file, or -1 */
+    uint32_t req_id;
+    char *norm;
+    int root;
+    struct stat st;
+    int rc;
+    char errmsg[256];
+    uint64_t t0;                /* gr__now_ns() when received */
+} openreq;
+
+static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
+{
+    proto_attr a = { 0 };
+    int64_t h = conn_add_handle(c, f);
+    outmsg *m;
+
+    if (h < 0) {
+        reply_error(c, PROTO_OP_OPEN, req_id, (int)h,
+                    h == -EMFILE ? "too many open files on this connection" : NULL);
+        return;
+    }
+    a.handle = (uint32_t)h;
+    a.chunk_size = f->chunk_size;
+    a.size = (uint64_t)f->st.st_size;
+    a.ino = (uint64_t)f->st.st_ino;
+    a.dev = (uint64_t)f->st.st_dev;
+    a.mtime_sec = f->st.st_mtim.tv_sec;
+    a.mtime_nsec = (uint32_t)f->st.st_mtim.tv_nsec;
+    a.mode = f->st.st_mode;
+    a.blksize = (uint32_t)f->st.st_blksize;
+    a.uid = f->st.st_uid;
+    a.gid = f->st.st_gid;
+    a.nlink = (uint32_t)f->st.st_nlink;
+    m = outmsg_new(PROTO_ATTR_LEN);
+    if (!m) {
+        conn_drop_handle(c, (uint32_t)h);
+        conn_fail(c, "out of memory for an OPEN reply");
+        return;
+    }
+    proto_enc_attr(m->buf, m->len, req_id, &a);
+    conn_send(c, m);
+}
+
+/*
+ * Access proof: a client gets a handle only if it shows it could open the
+ * file itself, by passing its own read fd of it with the OPEN (libgranary
+ * does); the file behind the fd must be the one the daemon resolved.  The
+ * kernel has judged the client's credentials, ACLs and LSMs included, at
+ * its open(2).  Root needs no proof (it may read everything), nor anyone
+ * with [daemon] access_check = none; a proof sent is checked all the same.
+ * 0; -ENOKEY when a proof is needed and none came (libgranary then sends
+ * one); -EACCES when the proof is wrong.
+ */
+static int check_proof(const conn *c, int proof, const srcfile *f, char *err, size_t errlen)
+{
+    struct stat st;
+    int fl;
+
+    if (proof < 0) {
+        if (c->cred.uid == 0 || strcmp(c->srv->d.cfg->access_check, "none") == 0)
+            return 0;
+        snprintf(err, errlen, "access proof required: pass your own read fd of %.200s with "
+                 "the OPEN (libgranary does)", f->path);
+        return -ENOKEY;
+    }
+    fl = fcntl(proof, F_GETFL);
+    if (fl < 0 || (fl & O_PATH) || ((fl & O_ACCMODE) != O_RDONLY && (fl & O_ACCMODE) != O_RDWR)) {
+        snprintf(err, errlen, "access proof refused: the fd passed is not open for reading");
+        return -EACCES;
+    }
+    if (fstat(proof, &st) < 0 || st.st_dev != f->st.st_dev || st.st_ino != f->st.st_ino) {
+        snprintf(err, errlen, "access proof refused: the fd passed is not %.200s", f->path);
+        return -EACCES;
+    }
+    return 0;
+}
+
+/* Answer an OPEN of f: a handle, or the proof's refusal. */
+static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
+{
+    char err[320];
+    int rc = check_proof(c, proof, f, err, sizeof(err));
+
+    if (rc < 0) {
+        if (rc == -EACCES)
+            c->srv->d.stats->access_denied++;
+        reply_error(c, PROTO_OP_OPEN, req_id, rc, err);
+        return;
+    }
+    reply_attr(c, req_id, f);
+}
+
+static void open_run(wq_job *j)
+{
+    openreq *o = (openreq *)j;
+    conn *c = o->c;
+
+    o->rc = source_stat(c->srv->d.src, o->norm, o->root, &o->st, o->errmsg, sizeof(o->errmsg));
+}
+
+static void open_done(wq_job *j)
+{
+    openreq *o = (openreq *)j;
+    conn *c = o->c;
+    srcfile *f;
+
+    c->inflight--;
+    if (c->dead) {
+        free(o->norm);
+    } else if (o->rc < 0) {
+        c->srv->d.stats->source_errors++;
+        reply_error(c, PROTO_OP_OPEN, o->req_id, o->rc, o->errmsg);
+        free(o->norm);
+    } else {
+        f = source_install(c->srv->d.src, o->norm, o->root, &o->st, gr__now_s());
+        if (f)
+            open_reply(c, o->req_id, o->proof, f);
+        else
+            reply_error(c, PROTO_OP_OPEN, o->req_id, -ENOMEM, NULL);
+        srcfile_unref(&f);
+    }
+    if (!c->dead) {
+        conn_latency(c, GR_LAT_open, o->t0);
+        conn_update_events(c);
+    }
+    if (o->proof >= 0)
+        close(o->proof);
+    conn_unref(&o->c);
+    free(o);
+}
+
+void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    server *s = c->srv;
+    int proof = nfds > 0 ? fds[0] : -1;
+    char err[256];
+    char *norm;
+    int root, rc;
+    srcfile *f;
+    openreq *o;
+    uint64_t t0 = gr__now_ns();
+
+    s->d.stats->opens++;
+    rc = source_resolve(s->d.src, m->u.open.path, m->u.open.len, &norm, &root, err, sizeof(err));
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);
+        conn_latency(c, GR_LAT_open, t0);
+        return;
+    }
+    f = source_lookup(s->d.src, norm, gr__now_s());
+    if (f) {
+        s->d.stats->attr_cache_hits++;
+        free(norm);
+        open_reply(c, m->h.req_id, proof, f);
+        srcfile_unref(&f);
+        conn_latency(c, GR_LAT_open, t0);
+        return;
+    }
+    o = calloc(1, sizeof(*o));
+    if (!o) {
+        free(norm);
+        reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOMEM, NULL);
+        return;
+    }
+    if (nfds > 0)
+        fds[0] = -1;                /* the request keeps the proof until it ends */
+    o->proof = proof;
+    o->job.run = open_run;
+    o->job.done = open_done;
+    o->c = conn_ref(c);
+    o->req_id = m->h.req_id;
+    o->norm = norm;
+    o->root = root;
+    o->t0 = t0;
+    c->inflight++;
+    workers_submit(s->d.w, &o->job, WQ_DEMAND);
+}
+
+void op_close(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    (void)fds;
+    (void)nfds;
+    if (conn_drop_handle(c, m->u.handle) < 0) {
+        reply_error(c, PROTO_OP_CLOSE, m->h.req_id, -EBADF, "no such handle");
+        return;
+    }
+    reply_ok(c, PROTO_OP_CLOSE, m->h.req_id);
+}
