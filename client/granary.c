@@ -139,9 +139,12 @@ static uint32_t take_id(gr_client *c)
     return c->next_id++;
 }
 
+/* Why the calling thread's last gr_connect failed. */
+static __thread char connect_err[PROTO_MAX_ERRMSG + 192];
+
 const char *gr_strerror_last(gr_client *c)
 {
-    return c->errtext;
+    return c ? c->errtext : connect_err;
 }
 
 static int timeout_ms(void)
@@ -298,6 +301,18 @@ static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_ms
     int rc;
 
     n = gr__send_fds(c->fd, &iov, 1, &c->proof_fd, c->proof_fd >= 0, 0);
+    if (n == -EPIPE || n == -ECONNRESET) {
+        /* The daemon may have refused us (max_clients, an unidentified
+         * peer) and closed before our request went out: its reason is
+         * waiting in our receive queue. */
+        int fds[1], nfds;
+        ssize_t r = gr__recv_fds(c->fd, c->rbuf, sizeof(c->rbuf), fds, 0, &nfds, MSG_DONTWAIT,
+                                 NULL);
+        size_t used;
+        if (r > 0 && proto_decode(c->rbuf, (size_t)r, m, &used) == 0 && m->h.req_id == 0 &&
+            m->h.status < 0)
+            return 0;
+    }
     if (n < 0)
         return n == -EAGAIN ? -ETIMEDOUT : n == -EPIPE ? -ECONNRESET : (int)n;
     for (;;) {
@@ -370,8 +385,10 @@ static int dial(gr_client *c)
     if (rc < 0)
         goto fail;
     rc = m.h.status;
-    if (rc < 0)
+    if (rc < 0) {
+        fail_reply(c, &m);          /* the daemon's reason, for gr_strerror_last */
         goto fail;
+    }
     rc = -EPROTONOSUPPORT;
     if (m.h.op != PROTO_OP_HELLO || m.u.hello.version != PROTO_VERSION)
         goto fail;
@@ -492,31 +509,38 @@ static int call_re(gr_client *c, const void *req, size_t len, uint32_t id, proto
 
 gr_client *gr_connect(const char *socket_path)
 {
-    struct sockaddr_un sa;
-    char path[sizeof(sa.sun_path)];
+    char path[GR_SUN_PATH_MAX], cfgerr[256] = "";
+    const char *cfg = NULL, *from = "the argument";
     gr_client *c;
     int rc;
 
-    if (!socket_path || !*socket_path)
-        socket_path = getenv("GRANARY_SOCKET");
-    if (!socket_path || !*socket_path) {
+    connect_err[0] = '\0';
+    if (socket_path && *socket_path) {
+        from = "the argument";
+    } else if ((socket_path = getenv("GRANARY_SOCKET")) && *socket_path) {
+        from = "$GRANARY_SOCKET";
+    } else {
         /* The daemon's own reader (common/ini.h): both see the same file
          * the same way.  No file (or one we may not read) or no key: the
-         * default socket.  A file
-         * the daemon would refuse: an error, not a guess. */
-        const char *cfg = getenv("GRANARY_CONFIG");
-        rc = gr__ini_get(cfg && *cfg ? cfg : GR_DEFAULT_CONFIG, "daemon", "socket", path,
-                         sizeof(path), NULL, 0);
-        if (rc == 0)
+         * default socket.  A file the daemon would refuse: an error, not a
+         * guess. */
+        cfg = getenv("GRANARY_CONFIG");
+        cfg = cfg && *cfg ? cfg : GR_DEFAULT_CONFIG;
+        rc = gr__ini_get(cfg, "daemon", "socket", path, sizeof(path), cfgerr, sizeof(cfgerr));
+        if (rc == 0) {
             socket_path = path;
-        else if (rc == -ENOENT || rc == -EACCES)
+            from = "[daemon] socket of the configuration";
+        } else if (rc == -ENOENT || rc == -EACCES) {
             socket_path = GR_DEFAULT_SOCKET;
-        else {
+            from = "the default";
+        } else {
+            snprintf(connect_err, sizeof(connect_err), "cannot read the socket path: %s", cfgerr);
             errno = -rc;
             return NULL;
         }
     }
-    if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+    if (strlen(socket_path) >= GR_SUN_PATH_MAX) {
+        snprintf(connect_err, sizeof(connect_err), "socket path too long: %.200s", socket_path);
         errno = ENAMETOOLONG;
         return NULL;
     }
@@ -530,6 +554,13 @@ gr_client *gr_connect(const char *socket_path)
     c->proof_fd = -1;
     rc = dial(c);
     if (rc < 0) {
+        if (c->errtext[0])
+            snprintf(connect_err, sizeof(connect_err), "granaryd at %.108s refused: %s", c->path,
+                     c->errtext);
+        else
+            snprintf(connect_err, sizeof(connect_err), "cannot reach granaryd at %.108s (%s): %s%s",
+                     c->path, from, strerror(-rc),
+                     rc == -ENOENT || rc == -ECONNREFUSED ? " (is granaryd running?)" : "");
         gr_disconnect(c);
         errno = -rc;
         return NULL;

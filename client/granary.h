@@ -175,7 +175,9 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 int gr_admin(gr_client *c, int cmd, const char *arg, char **text);
 
 /* The one-line reason for the last failed call on c ("" if none).  The
- * string lives until the next call on c. */
+ * string lives until the next call on c.  With c NULL: why the calling
+ * thread's last gr_connect failed (the socket tried and where its path came
+ * from, or the daemon's refusal), until its next gr_connect. */
 const char *gr_strerror_last(gr_client *c);
 
 #ifdef __cplusplus

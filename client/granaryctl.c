@@ -55,10 +55,7 @@ static gr_client *connect_or_die(void)
     gr_client *c = gr_connect(socket_path);
 
     if (!c) {
-        fprintf(stderr, "granaryctl: cannot reach granaryd at %s: %s\n",
-                socket_path ? socket_path : (getenv("GRANARY_SOCKET") ? getenv("GRANARY_SOCKET")
-                                                                     : "the default socket"),
-                strerror(errno));
+        fprintf(stderr, "granaryctl: %s\n", gr_strerror_last(NULL));
         exit(EXIT_CONNECT);
     }
     return c;

@@ -23,6 +23,7 @@
 
 #include "dram.h"
 #include "config.h"
+#include "fault.h"
 #include "fetch.h"
 #include "log.h"
 #include "metrics.h"
@@ -254,6 +255,10 @@ int main(int argc, char **argv)
                 "after --config)\n", argv[optind]);
         usage(stderr);
         return 2;
+    }
+    if (fault_setup(getenv("GRANARY_FAULTS")) < 0) {
+        fprintf(stderr, "granaryd: $GRANARY_FAULTS: expected NAME=N[,NAME=N...] (fault.h)\n");
+        return 1;
     }
     config_defaults(&cfg);
     if (config_load(&cfg, cfg_path, err, sizeof(err)) < 0 ||

@@ -15,6 +15,9 @@
  *   flip    read, pread: succeed, with the first byte inverted (a lying device)
  *   weio    write, pwrite, fallocate: fail with EIO
  *   wnospc  write, pwrite, fallocate: fail with ENOSPC
+ *   peercred  getsockopt(SO_PEERCRED) on a matching socket ("socket:"): EPERM
+ *   clockstep clock_gettime(CLOCK_REALTIME): ARG seconds added (SUBSTRING
+ *           is ignored: write "-"), as if the wall clock had been stepped
  * The first matching rule of each kind (read side, write side) wins.  Every
  * fault injected is counted in the file named by $FAULTINJECT_LOG (one line
  * "MODE PATH" per fault, appended), if set.
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -33,7 +37,9 @@
 
 #define FI_MAX_RULES 32
 
-enum { FI_NONE, FI_EIO, FI_SHORT, FI_EOF, FI_DELAY, FI_FLIP, FI_WEIO, FI_WNOSPC };
+/* Read side, then write side (FI_WEIO..FI_WNOSPC), then the others. */
+enum { FI_NONE, FI_EIO, FI_SHORT, FI_EOF, FI_DELAY, FI_FLIP, FI_WEIO, FI_WNOSPC, FI_PEERCRED,
+       FI_CLOCKSTEP };
 
 typedef struct fi_rule {
     int mode;
@@ -52,6 +58,8 @@ static ssize_t (*real_pread)(int, void *, size_t, off_t);
 static ssize_t (*real_write)(int, const void *, size_t);
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
 static int (*real_fallocate)(int, int, off_t, off_t);
+static int (*real_getsockopt)(int, int, int, void *, socklen_t *);
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
 
 /* Exported symbols of this library (no header: LD_PRELOAD finds them). */
 ssize_t read(int fd, void *buf, size_t n);
@@ -62,6 +70,8 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off);
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off);
 int fallocate(int fd, int mode, off_t off, off_t len);
 int fallocate64(int fd, int mode, off_t off, off_t len);
+int getsockopt(int fd, int level, int opt, void *val, socklen_t *len);
+int clock_gettime(clockid_t id, struct timespec *ts);
 
 static void fi_init(void)
 {
@@ -71,13 +81,16 @@ static void fi_init(void)
     real_write = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
     real_pwrite = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
     real_fallocate = (int (*)(int, int, off_t, off_t))dlsym(RTLD_NEXT, "fallocate");
+    real_getsockopt = (int (*)(int, int, int, void *, socklen_t *))dlsym(RTLD_NEXT, "getsockopt");
+    real_clock_gettime = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
     __atomic_store_n(&real_read, (ssize_t (*)(int, void *, size_t))dlsym(RTLD_NEXT, "read"),
                      __ATOMIC_RELEASE);
 }
 
 static int fi_parse_mode(const char *m)
 {
-    static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc" };
+    static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc",
+                                   "peercred", "clockstep" };
 
     for (int i = 1; i < (int)(sizeof(names) / sizeof(names[0])); i++)
         if (!strcmp(m, names[i]))
@@ -129,7 +142,8 @@ static void fi_reload_locked(void)
 
 static void fi_log(int mode, const char *path)
 {
-    static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc" };
+    static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc",
+                                   "peercred", "clockstep" };
     const char *log = getenv("FAULTINJECT_LOG");
     char line[600];
     int fd, len;
@@ -144,8 +158,8 @@ static void fi_log(int mode, const char *path)
     close(fd);
 }
 
-/* The rule for fd on the read side (write = 0) or write side, FI_NONE if
- * none; *arg gets its argument. */
+/* The rule for fd on the read side (write = 0), the write side (1) or a
+ * socket (2), FI_NONE if none; *arg gets its argument. */
 static int fi_match(int fd, int write_side, long *arg)
 {
     char link[64], path[512];
@@ -166,8 +180,9 @@ static int fi_match(int fd, int write_side, long *arg)
     if (n > 0) {
         path[n] = '\0';
         for (int i = 0; i < fi_nrules; i++) {
-            int w = fi_rules[i].mode >= FI_WEIO;
-            if (w == write_side && strstr(path, fi_rules[i].sub)) {
+            int m = fi_rules[i].mode;
+            int side = m >= FI_PEERCRED ? 2 : m >= FI_WEIO;
+            if (side == write_side && strstr(path, fi_rules[i].sub)) {
                 mode = fi_rules[i].mode;
                 *arg = fi_rules[i].arg;
                 break;
@@ -290,4 +305,43 @@ int fallocate(int fd, int mode, off_t off, off_t len)
 int fallocate64(int fd, int mode, off_t off, off_t len)
 {
     return fallocate(fd, mode, off, len);
+}
+
+int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
+{
+    long arg = 0;
+
+    fi_init();
+    if (level == SOL_SOCKET && opt == SO_PEERCRED && fi_match(fd, 2, &arg) == FI_PEERCRED) {
+        errno = EPERM;
+        return -1;
+    }
+    return real_getsockopt(fd, level, opt, val, len);
+}
+
+/* The clockstep rule's seconds, 0 if none. */
+static long fi_clockstep(void)
+{
+    long step = 0;
+
+    if (!getenv("FAULTINJECT_CONTROL"))
+        return 0;
+    pthread_mutex_lock(&fi_lock);
+    fi_reload_locked();
+    for (int i = 0; i < fi_nrules; i++)
+        if (fi_rules[i].mode == FI_CLOCKSTEP)
+            step = fi_rules[i].arg;
+    pthread_mutex_unlock(&fi_lock);
+    return step;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    int rc;
+
+    fi_init();
+    rc = real_clock_gettime(id, ts);
+    if (rc == 0 && id == CLOCK_REALTIME)
+        ts->tv_sec += fi_clockstep();
+    return rc;
 }

@@ -125,4 +125,23 @@ kill -TERM "$pid"
 wait "$pid"
 check "SIGTERM: clean exit" test $? -eq 0
 pid=
+
+# A peer the daemon cannot identify (SO_PEERCRED fails) is refused, never
+# taken for root (issue 13): here an unprivileged user's evict.
+echo "peercred socket:" > "$dir/faults"
+rm -f "$dir/sock"
+FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD=build/tests/libfaultinject.so \
+    $GRANARYD --config "$dir/g.conf" 2>>"$dir/log" &
+pid=$!
+i=0
+while [ ! -S "$dir/sock" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+as_user $CTL -s "$dir/sock" evict "$dir/src/data.bin" > /dev/null 2> "$dir/err"
+check "SO_PEERCRED fails: an unprivileged evict is refused" test $? -ne 0
+check "  with the reason" grep -q "could not identify" "$dir/err"
+: > "$dir/faults"
+as_user $CTL -s "$dir/sock" cat "$dir/src/data.bin" | cmp -s - "$dir/src/data.bin"
+check "  and the next client is served" test $? -eq 0
+kill -TERM "$pid"
+wait "$pid"
+pid=
 [ $fails -eq 0 ]

@@ -159,6 +159,23 @@ check "device fine again: the tier comes back (state 0)" [ "$(stat_of nvme_state
 check "  and stores chunks again" wait_stat nvme_writes -gt "$wr0" 5
 check "  health ok" sh -c "$CTL -s $dir/sock health 2>&1 | grep -q '^ok'"
 
+echo "== NVMe tier: a wall-clock step during the back-off (issue 13)"
+# The back-off runs on the monotonic clock: with the wall clock stepped an
+# hour back while the tier is offline, it still comes back within seconds.
+wr1=$(stat_of nvme_writes)
+for i in 1 2 3 4 5 6; do mkfile "$dir/src/s$i" 2097152; done
+fault "weio /nvme/data-"
+for i in 1 2 3 4 5 6; do gcat "$dir/src/s$i"; done
+check "write errors again: offline" wait_stat nvme_state -eq 2 5
+fault "clockstep - -3600"
+i=0
+while [ "$(stat_of nvme_state)" != 0 ] && [ $i -lt 100 ]; do
+    mkfile "$dir/src/c$i" 70000; gcat "$dir/src/c$i"; sleep 0.1; i=$((i + 1))
+done
+check "clock stepped back an hour: the tier still comes back" [ "$(stat_of nvme_state)" = 0 ]
+check "  and stores chunks again" wait_stat nvme_writes -gt "$wr1" 5
+nofault
+
 echo "== NVMe tier: read errors and lying reads"
 for f in a b c d; do gcat "$dir/src/$f"; done
 sleep 1

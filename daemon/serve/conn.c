@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "fdpass.h"
 #include "log.h"
 #include "serve_int.h"
@@ -106,7 +107,7 @@ static void outmsg_free(outmsg *m)
 
 outmsg *outmsg_new(size_t blen)
 {
-    outmsg *m = calloc(1, sizeof(*m) + PROTO_HDR_LEN + blen);
+    outmsg *m = fault_hit(FAULT_REPLY_ALLOC) ? NULL : calloc(1, sizeof(*m) + PROTO_HDR_LEN + blen);
 
     if (!m)
         return NULL;
@@ -344,8 +345,9 @@ int conn_seg_first(conn *c, uint32_t seg)
 static int peer_closed(int fd)
 {
     struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    int n = poll(&p, 1, 0);
 
-    return poll(&p, 1, 0) != 1 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    return n < 0 || (n == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
 }
 
 static void conn_readable(conn *c)

@@ -71,6 +71,7 @@
 #include <rocksdb/c.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "log.h"
 #include "policy.h"
 #include "nvme.h"
@@ -108,20 +109,14 @@ int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r)
     return 0;
 }
 
-static uint64_t st_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* A strictly increasing access time: wall-clock ns, so it means something
  * to a later policy, but never equal or backwards, so the access order
- * survives a restart exactly. */
+ * survives a restart exactly.  (The one use of the wall clock here:
+ * intervals such as the device back-off run on the monotonic clock, which
+ * no clock step can hold back.) */
 static uint64_t st_tick_locked(nvme_tier *s)
 {
-    uint64_t now = st_now_ns();
+    uint64_t now = gr__wall_ns();
 
     s->tick = now > s->tick ? now : s->tick + 1;
     return s->tick;
@@ -386,7 +381,7 @@ static int st_usable_locked(nvme_tier *s, int put)
 
     if (s->state == NVME_STATE_OK || (s->state == NVME_STATE_FULL && !put))
         return 1;
-    now = st_now_ns();
+    now = gr__now_ns();
     if (now < s->retry_ns) {
         s->st.offline_skips++;
         return 0;
@@ -427,7 +422,7 @@ static void st_note_locked(nvme_tier *s, int rc)
     } else {
         s->state = NVME_STATE_OFFLINE;
     }
-    s->retry_ns = st_now_ns() + s->backoff_ns;
+    s->retry_ns = gr__now_ns() + s->backoff_ns;
 }
 
 static void st_note(nvme_tier *s, int rc)

@@ -1,0 +1,247 @@
+/*
+ * check_serve.c - the serving layer (daemon/serve/) against a real
+ * granaryd, with raw packets where libgranary would not send them: a reply
+ * that cannot be allocated fails the connection instead of hanging the
+ * client; empty packets and surplus fds never leak descriptors (issue 21);
+ * every refusal reaches the client with its reason.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "granary.h"
+#include "proto.h"
+#include "testutil.h"
+#include "usock.h"
+
+/* Descriptors open in process pid. */
+static int fd_count(pid_t pid)
+{
+    char path[64];
+    struct dirent *de;
+    DIR *d;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    d = opendir(path);
+    if (!d)
+        return -1;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A raw connection to the daemon, with a receive timeout. */
+static int raw_connect(const tu_daemon *d)
+{
+    struct timeval tv = { 5, 0 };
+    int fd = gr__unix_connect(d->sock, SOCK_SEQPACKET);
+
+    ck_assert_int_ge(fd, 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Send len bytes of buf with nfds fds; receive one reply into *m (rbuf
+ * must outlive m).  The reply's length, or -errno. */
+static ssize_t raw_call(int fd, const void *buf, size_t len, const int *fds, int nfds,
+                        uint8_t *rbuf, size_t rcap, proto_msg *m)
+{
+    struct iovec iov = { (void *)buf, len };
+    int got[4], ngot;
+    size_t used;
+    ssize_t n = gr__send_fds(fd, &iov, 1, fds, nfds, 0);
+
+    if (n < 0)
+        return n;
+    n = gr__recv_fds(fd, rbuf, rcap, got, 4, &ngot, 0, NULL);
+    gr__close_fds(got, ngot);
+    if (n <= 0)
+        return n < 0 ? n : -ECONNRESET;
+    ck_assert_int_eq(proto_decode(rbuf, (size_t)n, m, &used), 0);
+    return n;
+}
+
+/* A reply that cannot be built fails the connection: libgranary sees it
+ * drop, reconnects and retries, instead of waiting for a reply that never
+ * comes (the daemon used to drop such replies silently).  Every 5th reply
+ * allocation fails here; each call must still succeed well within the
+ * client's timeout. */
+START_TEST(test_reply_alloc_failure)
+{
+    tu_daemon d;
+    gr_client *c;
+    char path[600], buf[1000];
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/f", d.src);
+    tu_write_pattern(path, 5, 100000);
+    setenv("GRANARY_FAULTS", "reply_alloc=5", 1);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    unsetenv("GRANARY_FAULTS");
+    setenv("GRANARY_TIMEOUT_MS", "3000", 1);
+    setenv("GRANARY_RECONNECT_MS", "10000", 1);
+    c = gr_connect(d.sock);
+    /* HELLO may be the one that fails: connect again then. */
+    if (!c)
+        c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < 40; i++) {
+        gr_file *f = gr_open(c, path);
+        ck_assert_msg(f != NULL, "open %d: %s", i, strerror(errno));
+        ck_assert_int_eq(gr_pread(f, buf, sizeof(buf), 1000 * i), (ssize_t)sizeof(buf));
+        ck_assert(tu_check_pattern(buf, 5, 1000 * (uint64_t)i, sizeof(buf)));
+        gr_close(f);
+    }
+    gr_disconnect(c);
+    unsetenv("GRANARY_TIMEOUT_MS");
+    unsetenv("GRANARY_RECONNECT_MS");
+    ck_assert_uint_gt(tu_stat(&d, "connections_failed"), 0);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
+/* Empty packets carrying fds used to be taken for end of connection and
+ * their fds never closed: 5,000 such connections filled the daemon's fd
+ * table.  Now every fd that comes where none belongs is closed at once, an
+ * empty packet gets an error reply, and the daemon's fd count returns to
+ * where it was. */
+START_TEST(test_empty_packets_with_fds)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 64];
+    char path[600];
+    int base, after, fds[3], fd;
+    proto_msg m;
+    gr_client *c;
+    gr_file *f;
+
+    tu_daemon_init(&d, NULL);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    c = gr_connect(d.sock);             /* warm: lazily opened files exist */
+    gr_disconnect(c);
+    tu_sleep_ms(100);
+    base = fd_count(d.pid);
+    ck_assert_int_gt(base, 0);
+    for (int i = 0; i < 3; i++)
+        fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    /* 600 connections, each an empty packet with three fds, then gone. */
+    for (int i = 0; i < 600; i++) {
+        struct iovec iov = { rbuf, 0 };
+        fd = gr__unix_connect(d.sock, SOCK_SEQPACKET);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, fds, 3, 0), 0);
+        close(fd);
+    }
+    /* (Until the daemon has seen them go, they count against the limits.) */
+    for (int i = 0; i < 100 && tu_stat(&d, "connections") > 1; i++)
+        tu_sleep_ms(50);
+    /* One that stays: its empty packet is answered (-EPROTO) and the
+     * connection kept; a packet with fds but no bytes likewise. */
+    fd = raw_connect(&d);
+    {
+        struct iovec iov = { rbuf, 0 };
+        int got[2], ngot;
+        size_t used;
+        ssize_t n;
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), 0);
+        n = gr__recv_fds(fd, rbuf, sizeof(rbuf), got, 2, &ngot, 0, NULL);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_eq(proto_decode(rbuf, (size_t)n, &m, &used), 0);
+        ck_assert_int_eq(m.h.status, -EPROTO);
+        ck_assert_int_eq(m.h.req_id, 0);
+    }
+    /* An OPEN with two fds: refused (-EPROTO), both closed. */
+    {
+        ssize_t len = proto_enc_open(req, sizeof(req), 7, "/x", 2);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, fds, 2, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_msg(m.h.status == -EPROTO, "status %d: %.*s", m.h.status, (int)m.u.error.len,
+                      m.u.error.text);
+        ck_assert_int_eq(m.h.req_id, 7);
+    }
+    /* A CLOSE with an fd attached: refused the same way. */
+    {
+        ssize_t len = proto_enc_close(req, sizeof(req), 8, 1);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, fds, 1, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, -EPROTO);
+        ck_assert_int_eq(m.h.req_id, 8);
+    }
+    close(fd);
+    gr__close_fds(fds, 3);
+    tu_sleep_ms(300);
+    after = fd_count(d.pid);
+    ck_assert_msg(after <= base, "daemon fds %d before, %d after", base, after);
+    /* And it still opens an uncached file for everyone. */
+    snprintf(path, sizeof(path), "%s/new", d.src);
+    tu_write_pattern(path, 9, 5000);
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    f = gr_open(c, path);
+    ck_assert_ptr_nonnull(f);
+    gr_close(f);
+    gr_disconnect(c);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
+/* A refused connection gets its reason, not ECONNRESET, even when the
+ * client has already sent its HELLO (the daemon reads it before closing). */
+START_TEST(test_refusal_reason)
+{
+    tu_daemon d;
+    gr_client *c1, *c2;
+
+    tu_daemon_init(&d, "[daemon]\nmax_clients = 1\n");
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    /* tu_daemon_start's own probe may still count as the one client. */
+    for (int i = 0; i < 50 && !(c1 = gr_connect(d.sock)); i++)
+        tu_sleep_ms(20);
+    ck_assert_msg(c1 != NULL, "%s", gr_strerror_last(NULL));
+    for (int i = 0; i < 20; i++) {
+        errno = 0;
+        c2 = gr_connect(d.sock);
+        ck_assert_ptr_null(c2);
+        ck_assert_msg(errno == EUSERS, "try %d: errno %d (%s)", i, errno, strerror(errno));
+        ck_assert_msg(strstr(gr_strerror_last(NULL), "max_clients") != NULL, "%s",
+                      gr_strerror_last(NULL));
+    }
+    gr_disconnect(c1);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
+static Suite *serve_suite(void)
+{
+    Suite *s = suite_create("serve");
+    TCase *tc = tcase_create("core");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_reply_alloc_failure);
+    tcase_add_test(tc, test_empty_packets_with_fds);
+    tcase_add_test(tc, test_refusal_reason);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(serve_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
