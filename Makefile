@@ -111,7 +111,7 @@ $(LIBSO): $(LIBSO).0
 $(B)/libgranary_preload.so: $(call obj,client/preload.c) $(LIBA)
 	$(CC) -shared -pthread $(LDSAN) -Wl,--exclude-libs,ALL -o $@ $^ -ldl
 
-$(GRANARYD): $(call obj,daemon/main.c) $(LIBD)
+$(GRANARYD): $(call obj,daemon/main.c daemon/reload.c) $(LIBD)
 	$(CC) -pthread $(LDSAN) -o $@ $^ $(PKGLIBS) -lm
 
 $(GRANARYCTL): $(call obj,$(CTL_SRC)) $(LIBA)

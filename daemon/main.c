@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "prefetch.h"
+#include "reload.h"
 #include "server.h"
 #include "source.h"
 #include "stats.h"
@@ -49,9 +50,8 @@ static void usage(FILE *out)
             "      --print-config    print the effective configuration and exit\n"
             "  -h, --help            this text\n"
             "Runs in the foreground; logs to stderr.  SIGTERM or SIGINT stop it cleanly;\n"
-            "SIGHUP re-reads the configuration: log_level, max_clients, attr_ttl,\n"
-            "max_inflight, the policies, max_leased_per_client and the [prefetch] keys\n"
-            "apply live, other changes are logged as needing a restart.\n");
+            "SIGHUP re-reads the configuration: the keys --describe-config marks live\n"
+            "apply at once, other changes are logged as needing a restart.\n");
 }
 
 /* metrics_snapshot_fn: a scrape reads what `granaryctl stats` reads.  arg
@@ -64,131 +64,11 @@ static void metrics_snapshot(void *arg, gr_stats *out)
         server_snapshot(srv, out);
 }
 
-/* What SIGHUP needs: where the configuration came from, and the running
- * one (the server reads it through a pointer, so keys it consults per
- * request change live). */
-typedef struct reload_ctx {
-    const char *path;
-    gr_config *cfg;
-    source *src;
-    dram *dram;
-    nvme_tier *nvme;                /* NULL without an NVMe tier */
-    fetcher *fx;
-    prefetcher *pf;
-} reload_ctx;
-
-/* Log every line of the dump of b that differs from a's: keys whose new
- * value needs a restart.  Both dumps list the same keys in the same order. */
-static void log_unapplied(const gr_config *a, const gr_config *b)
-{
-    char *da = NULL, *db = NULL, section[64] = "";
-    size_t la = 0, lb = 0;
-    FILE *fa = open_memstream(&da, &la), *fb = open_memstream(&db, &lb);
-
-    if (fa && fb) {
-        config_dump(a, fa);
-        config_dump(b, fb);
-    }
-    if (fa)
-        fclose(fa);
-    if (fb)
-        fclose(fb);
-    for (char *pa = da, *pb = db; pa && pb && *pa && *pb;) {
-        char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
-        size_t na = ea ? (size_t)(ea - pa) : strlen(pa), nb = eb ? (size_t)(eb - pb) : strlen(pb);
-        if (pb[0] == '[' && nb < sizeof(section))
-            snprintf(section, sizeof(section), "%.*s", (int)nb, pb);
-        else if (na != nb || memcmp(pa, pb, na))
-            log_warn("reload: %s %.*s: takes effect after a restart", section, (int)nb, pb);
-        pa += na + (ea != NULL);
-        pb += nb + (eb != NULL);
-    }
-    free(da);
-    free(db);
-}
-
-/*
- * SIGHUP: re-read the configuration; apply what can change live, log each
- * other change as needing a restart.  A file that does not parse changes
- * nothing.  Live: log_level, max_clients, attr_ttl, both tiers' policies
- * (every chunk and pin kept), max_leased_per_client, [source] max_inflight
- * and the [prefetch] keys.  Not live: the
- * capacities (the DRAM arena is sealed memfds sized at start; a lowered NVMe
- * capacity is applied when the tier opens, by evicting down to it), paths,
- * the socket, chunk_size, io_threads.
- */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
-    reload_ctx *r = arg;
-    gr_config next, *cur = r->cfg;
-    char err[512];
-
     (void)sig;
     (void)what;
-    config_defaults(&next);
-    if (config_load(&next, r->path, err, sizeof(err)) < 0 ||
-        config_validate(&next, err, sizeof(err)) < 0) {
-        log_error("reload: %s; keeping the running configuration", err);
-        return;
-    }
-    if (next.log_level != cur->log_level) {
-        cur->log_level = next.log_level;
-        log_set_level(next.log_level);
-        log_info("reload: log_level = %s", config_log_level_name(next.log_level));
-    }
-    if (next.max_clients != cur->max_clients) {
-        cur->max_clients = next.max_clients;
-        log_info("reload: max_clients = %d", next.max_clients);
-    }
-    if (next.max_clients_per_uid != cur->max_clients_per_uid) {
-        cur->max_clients_per_uid = next.max_clients_per_uid;
-        log_info("reload: max_clients_per_uid = %d", next.max_clients_per_uid);
-    }
-    if (next.attr_ttl != cur->attr_ttl) {
-        cur->attr_ttl = next.attr_ttl;
-        source_set_attr_ttl(r->src, next.attr_ttl);
-        log_info("reload: attr_ttl = %g", next.attr_ttl);
-    }
-    if (next.dram_max_leased != cur->dram_max_leased) {
-        cur->dram_max_leased = next.dram_max_leased;
-        log_info("reload: [dram] max_leased_per_client = %llu",
-                 (unsigned long long)next.dram_max_leased);
-    }
-    if (strcmp(next.dram_policy, cur->dram_policy)) {
-        if (dram_set_policy(r->dram, next.dram_policy, err, sizeof(err)) < 0) {
-            log_error("reload: %s", err);
-        } else {
-            snprintf(cur->dram_policy, sizeof(cur->dram_policy), "%s", next.dram_policy);
-            log_info("reload: [dram] policy = %s", next.dram_policy);
-        }
-    }
-    if (r->nvme && strcmp(next.nvme_policy, cur->nvme_policy)) {
-        int rc = nvme_set_policy(r->nvme, next.nvme_policy);
-        if (rc < 0) {
-            log_error("reload: [nvme] policy %s: %s", next.nvme_policy, strerror(-rc));
-        } else {
-            snprintf(cur->nvme_policy, sizeof(cur->nvme_policy), "%s", next.nvme_policy);
-            log_info("reload: [nvme] policy = %s", next.nvme_policy);
-        }
-    }
-    if (next.max_inflight != cur->max_inflight) {
-        cur->max_inflight = next.max_inflight;
-        fetcher_set_max_inflight(r->fx, (unsigned)next.max_inflight);
-        log_info("reload: [source] max_inflight = %d", next.max_inflight);
-    }
-    if (next.readahead_max != cur->readahead_max || next.hint_window != cur->hint_window ||
-        next.hint_max_entries != cur->hint_max_entries) {
-        cur->readahead_max = next.readahead_max;
-        cur->hint_window = next.hint_window;
-        cur->hint_max_entries = next.hint_max_entries;
-        prefetcher_configure(r->pf, cur->readahead_max, cur->hint_window,
-                             (uint64_t)cur->hint_max_entries);
-        log_info("reload: [prefetch] readahead_max = %llu, hint_window = %llu, "
-                 "hint_max_entries = %d", (unsigned long long)cur->readahead_max,
-                 (unsigned long long)cur->hint_window, cur->hint_max_entries);
-    }
-    log_unapplied(cur, &next);
-    log_info("reload: done");
+    reload_config(arg);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

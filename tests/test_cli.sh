@@ -63,13 +63,13 @@ check "--help" test $? -eq 0
 # SIGHUP: live keys apply, others are named as needing a restart, a broken
 # file changes nothing; the daemon keeps serving throughout.
 cp "$dir/g.conf" "$dir/g.conf.orig"
-printf '[daemon]\nlog_level = debug\n[source]\nattr_ttl = 5\nchunk_size = 2M\n[dram]\npolicy = epoch\n[nvme]\npolicy = s3fifo\n' > "$dir/g.conf.add"
+printf '[daemon]\nlog_level = debug\nmax_clients = 99\nmax_clients_per_uid = 77\n[source]\nattr_ttl = 5\nchunk_size = 2M\nmax_inflight = 8\n[prefetch]\nreadahead_max = 32M\nhint_window = 512M\nhint_max_entries = 1000\n[dram]\npolicy = epoch\nmax_leased_per_client = 128M\n[nvme]\npolicy = s3fifo\n' > "$dir/g.conf.add"
 merge_conf "$dir/g.conf.orig" "$dir/g.conf.add" > "$dir/g.conf"
 kill -HUP "$pid"
 sleep 0.5
-grep -q "reload: log_level = debug" "$dir/log"
+grep -q "reload: \[daemon\] log_level = debug" "$dir/log"
 check "SIGHUP applies log_level" test $? -eq 0
-grep -q "reload: attr_ttl = 5" "$dir/log"
+grep -q "reload: \[source\] attr_ttl = 5" "$dir/log"
 check "SIGHUP applies attr_ttl" test $? -eq 0
 grep -q "reload: \[dram\] policy = epoch" "$dir/log" && grep -q "reload: \[nvme\] policy = s3fifo" "$dir/log"
 check "SIGHUP switches both tiers' policies" test $? -eq 0
@@ -77,6 +77,15 @@ $CTL -s "$dir/sock" config | grep -q "^policy = epoch"
 check "config shows the new policy" test $? -eq 0
 grep -q "chunk_size = 2M: takes effect after a restart" "$dir/log"
 check "SIGHUP names what needs a restart" test $? -eq 0
+# Every key --describe-config marks live was applied, and logged as such.
+$GRANARYD --describe-config | awk 'NR > 1 && $0 ~ / live / { print $1 }' > "$dir/live"
+missing=
+for k in $(cat "$dir/live"); do
+    grep -q "reload: \[${k%%.*}\] ${k#*.} = " "$dir/log" || missing="$missing $k"
+done
+check "SIGHUP applies every live key (missing:${missing:- none})" test -z "$missing"
+$CTL -s "$dir/sock" config | grep -q "^max_inflight = 8"
+check "config shows a live key's new value" test $? -eq 0
 $CTL -s "$dir/sock" cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
 check "cached bytes still served after the policy switch" test $? -eq 0
 echo "bogus line" >> "$dir/g.conf"

@@ -108,29 +108,38 @@ done
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 # Columns are padded to the header's positions; TYPE may contain blanks.
-c_def, c_desc = lines[0].index("DEFAULT"), lines[0].index("DESCRIPTION")
-keys = [(l.split()[0], l[c_def:c_desc].strip()) for l in lines[1:]]
-man, sec, found = open(sys.argv[2]).read().splitlines(), None, {}
+c_def, c_rel = lines[0].index("DEFAULT"), lines[0].index("RELOAD")
+keys = [(l.split()[0], l[c_def:c_rel].strip(), l[c_rel:].split()[0]) for l in lines[1:]]
+man, sec, key, found, live, prev = open(sys.argv[2]).read().splitlines(), None, None, {}, set(), ""
 for l in man:
     m = re.match(r'\.SH "\[(\w+)\] SECTION"', l)
     if l.startswith(".SH"):
-        sec = m.group(1) if m else None
+        sec, key = (m.group(1) if m else None), None
     m = re.match(r'\.BR (\w+) "(.*)', l)
-    if sec and m:
-        found["%s.%s" % (sec, m.group(1))] = m.group(2)
+    if sec and m and prev == ".TP":
+        key = "%s.%s" % (sec, m.group(1))
+        found[key] = m.group(2)
+    if key and l.strip() == "Applied on reload.":
+        live.add(key)
+    prev = l.split()[0] if l.split() else ""
 bad = 0
-for k, d in keys:
+for k, d, rel in keys:
     # describe prints "" for an empty default; the page says "default empty".
     want = "default empty" if d == '""' else "default \" " + d
     if k not in found or want not in found[k]:
         print("%s (default %s): %s" % (k, d, found.get(k, "not in the page")))
+        bad += 1
+    # The key table says which keys apply on SIGHUP; the page must agree.
+    if (rel == "live") != (k in live):
+        print("%s: --describe-config says %s, the page %s" %
+              (k, rel, "says \"Applied on reload.\"" if k in live else "does not say it applies on reload"))
         bad += 1
 print("%d keys, %d missing or with another default" % (len(keys), bad))
 sys.exit(1 if bad or not keys else 0)
 PY
 rc=$?
 sed 's/^/    /' "$dir/keys.out"
-check "granary.conf.5 documents every key of --describe-config with its default" test "$rc" -eq 0
+check "granary.conf.5 documents every key of --describe-config with its default and reload" test "$rc" -eq 0
 "$r/usr/sbin/granaryd" --check-config --config "$r/etc/granary/granary.conf" > "$dir/cc.out" 2>&1
 rc=$?
 sed 's/^/    /' "$dir/cc.out"

@@ -59,6 +59,7 @@ typedef struct config_key {
     const char *const *choices; /* KT_CHOICE: NULL-terminated */
     const char *def;            /* default, in file syntax */
     const char *desc;           /* one line for config_describe */
+    config_hook hook;           /* what SIGHUP does with a change; omitted: CONFIG_RESTART */
 } config_key;
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
@@ -73,54 +74,57 @@ static const char *const nvme_policies[] = { "lru", "lfu", "sieve", "s3fifo", "e
 
 static const config_key config_keys[] = {
     { "daemon", "socket", KT_PATH, 0, FIELD(socket), 0, 0, NULL,
-      "/run/granary/granary.sock", "Unix socket clients connect to (under 108 bytes)" },
+      "/run/granary/granary.sock", "Unix socket clients connect to (under 108 bytes)", CONFIG_RESTART },
     { "daemon", "socket_mode", KT_MODE, 0, FIELD(socket_mode), 0, 0777, NULL,
-      "0660", "permission bits of the socket (octal)" },
+      "0660", "permission bits of the socket (octal)", CONFIG_RESTART },
     { "daemon", "io_threads", KT_INT, 0, FIELD(io_threads), 1, 256, NULL,
-      "16", "threads doing blocking source reads and RocksDB calls" },
+      "16", "threads doing blocking source reads and RocksDB calls", CONFIG_RESTART },
     { "daemon", "log_level", KT_LOGLEVEL, 0, FIELD(log_level), 0, 0, log_level_names,
-      "info", "least severe level logged to stderr" },
+      "info", "least severe level logged to stderr", CONFIG_HOOK_LOG_LEVEL },
     { "daemon", "max_clients", KT_INT, 0, FIELD(max_clients), 1, 65536, NULL,
-      "1024", "client connections accepted at once" },
+      "1024", "client connections accepted at once", CONFIG_LIVE },
     { "daemon", "max_clients_per_uid", KT_INT, 0, FIELD(max_clients_per_uid), 1, 65536, NULL,
-      "512", "connections one user may hold, so that one user cannot lock out the others" },
+      "512", "connections one user may hold, so that one user cannot lock out the others", CONFIG_LIVE },
     { "daemon", "access_check", KT_CHOICE, 0, FIELD(access_check), 0, 0, access_checks,
       "fd", "fd: serve a file only to a client that passes its own read fd of it; "
-      "none: anyone who can open the socket reads everything (single-user nodes)" },
+      "none: anyone who can open the socket reads everything (single-user nodes)", CONFIG_RESTART },
     { "daemon", "admin_group", KT_PATH, KF_EMPTY_OK, FIELD(admin_group), 0, 0, NULL,
-      "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only" },
+      "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only", CONFIG_RESTART },
     { "daemon", "trace_file", KT_PATH, KF_EMPTY_OK, FIELD(trace_file), 0, 0, NULL,
-      "", "append every chunk lookup to this file (bench/SIMULATE.md format); empty: off" },
+      "", "append every chunk lookup to this file (bench/SIMULATE.md format); empty: off", CONFIG_RESTART },
     { "source", "roots", KT_ROOTS, 0, FIELD(roots), 0, CONFIG_MAX_ROOTS, NULL,
-      "/mnt", "colon-separated absolute directories clients may read" },
+      "/mnt", "colon-separated absolute directories clients may read", CONFIG_RESTART },
     { "source", "chunk_size", KT_SIZE, KF_POW2, FIELD(chunk_size), 64 * KIB, 256 * MIB, NULL,
-      "4M", "unit of caching and of source reads" },
+      "4M", "unit of caching and of source reads", CONFIG_RESTART },
     { "source", "attr_ttl", KT_SECONDS, 0, FIELD(attr_ttl), 0, 0, NULL,
-      "1", "seconds a file's attributes are trusted before re-checking" },
+      "1", "seconds a file's attributes are trusted before re-checking", CONFIG_HOOK_ATTR_TTL },
+    { "source", "attr_cache_max", KT_INT, 0, FIELD(attr_cache_max), 1024, 1 << 30, NULL,
+      "1048576", "files whose attributes are kept in memory (about 300 bytes each); past it the "
+      "oldest are forgotten", CONFIG_RESTART },
     { "source", "max_inflight", KT_INT, 0, FIELD(max_inflight), 1, 4096, NULL,
-      "16", "source reads at once (demand first; prefetch gets at most three quarters)" },
+      "16", "source reads at once (demand first; prefetch gets at most three quarters)", CONFIG_HOOK_MAX_INFLIGHT },
     { "prefetch", "readahead_max", KT_SIZE, 0, FIELD(readahead_max), 0, 4096 * MIB, NULL,
-      "64M", "largest read-ahead window of a sequential reader; 0 disables read-ahead" },
+      "64M", "largest read-ahead window of a sequential reader; 0 disables read-ahead", CONFIG_HOOK_PREFETCH },
     { "prefetch", "hint_window", KT_SIZE, 0, FIELD(hint_window), 0, UINT64_MAX, NULL,
-      "1G", "bytes fetched ahead of a job's hint cursor (at most half of [dram] capacity)" },
+      "1G", "bytes fetched ahead of a job's hint cursor (at most half of [dram] capacity)", CONFIG_HOOK_PREFETCH },
     { "prefetch", "hint_max_entries", KT_INT, 0, FIELD(hint_max_entries), 1, 1 << 30, NULL,
-      "4194304", "chunks one connection's hint list may name; more is refused (E2BIG)" },
+      "4194304", "chunks one connection's hint list may name; more is refused (E2BIG)", CONFIG_HOOK_PREFETCH },
     { "dram", "capacity", KT_SIZE, 0, FIELD(dram_capacity), MIB, UINT64_MAX, NULL,
-      "1G", "memory for cached chunks (at least one chunk)" },
+      "1G", "memory for cached chunks (at least one chunk)", CONFIG_RESTART },
     { "dram", "policy", KT_CHOICE, 0, FIELD(dram_policy), 0, 0, dram_policies,
-      "lru", "eviction policy of the DRAM tier" },
+      "lru", "eviction policy of the DRAM tier", CONFIG_HOOK_DRAM_POLICY },
     { "dram", "max_leased_per_client", KT_SIZE, 0, FIELD(dram_max_leased), 0, UINT64_MAX, NULL,
-      "256M", "shared-memory bytes one client may hold leased; past it, bytes are copied" },
+      "256M", "shared-memory bytes one client may hold leased; past it, bytes are copied", CONFIG_LIVE },
     { "nvme", "path", KT_PATH, KF_EMPTY_OK, FIELD(nvme_path), 0, 0, NULL,
-      "/var/cache/granary", "directory of the NVMe tier; empty disables the tier" },
+      "/var/cache/granary", "directory of the NVMe tier; empty disables the tier", CONFIG_RESTART },
     { "nvme", "capacity", KT_SIZE, 0, FIELD(nvme_capacity), 0, UINT64_MAX, NULL,
-      "10G", "disk space the NVMe tier may use (at least 16M when enabled)" },
+      "10G", "disk space the NVMe tier may use (at least 16M when enabled)", CONFIG_RESTART },
     { "nvme", "policy", KT_CHOICE, 0, FIELD(nvme_policy), 0, 0, nvme_policies,
-      "lru", "eviction policy of the NVMe tier" },
+      "lru", "eviction policy of the NVMe tier", CONFIG_HOOK_NVME_POLICY },
     { "nvme", "inline_max", KT_SIZE, 0, FIELD(nvme_inline_max), 0, MIB, NULL,
-      "64K", "chunks up to this size are stored inside RocksDB" },
+      "64K", "chunks up to this size are stored inside RocksDB", CONFIG_RESTART },
     { "metrics", "listen", KT_PATH, KF_EMPTY_OK, FIELD(metrics_listen), 0, 0, NULL,
-      "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off" },
+      "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off", CONFIG_RESTART },
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -555,6 +559,51 @@ static int section_known(const char *section)
 
 /* Every default goes through its key's setter; a default that fails its own
  * checks is a bug in config_keys[], caught by assert and by check_config. */
+size_t config_nkeys(void)
+{
+    return NKEYS;
+}
+
+const char *config_key_section(size_t i)
+{
+    return config_keys[i].section;
+}
+
+const char *config_key_name(size_t i)
+{
+    return config_keys[i].name;
+}
+
+config_hook config_key_hook(size_t i)
+{
+    return config_keys[i].hook;
+}
+
+/* Fields are compared and copied as bytes: str_store zero-fills strings,
+ * so equal values are equal bytes.  (The roots' count lives beside the
+ * roots and goes with them.) */
+int config_key_differs(const gr_config *a, const gr_config *b, size_t i)
+{
+    const config_key *k = &config_keys[i];
+
+    return memcmp(cfield(a, k), cfield(b, k), k->size) != 0 ||
+           (k->type == KT_ROOTS && a->nroots != b->nroots);
+}
+
+void config_key_copy(gr_config *dst, const gr_config *src, size_t i)
+{
+    const config_key *k = &config_keys[i];
+
+    memcpy(field(dst, k), cfield(src, k), k->size);
+    if (k->type == KT_ROOTS)
+        dst->nroots = src->nroots;
+}
+
+void config_key_value(const gr_config *c, size_t i, char *buf, size_t len)
+{
+    key_format(c, &config_keys[i], buf, len);
+}
+
 void config_defaults(gr_config *c)
 {
     memset(c, 0, sizeof(*c));
@@ -652,15 +701,18 @@ void config_describe(FILE *out)
         wtype = (int)strlen(type) > wtype ? (int)strlen(type) : wtype;
         wdef = d > wdef ? d : wdef;
     }
-    fprintf(out, "%-*s  %-*s  %-*s  %s\n", wname, "KEY", wtype, "TYPE", wdef, "DEFAULT",
-            "DESCRIPTION");
+    /* RELOAD: "live" keys apply on SIGHUP, "restart" ones need a restart
+     * (the key table's hook: the one place that says which). */
+    fprintf(out, "%-*s  %-*s  %-*s  %-7s  %s\n", wname, "KEY", wtype, "TYPE", wdef, "DEFAULT",
+            "RELOAD", "DESCRIPTION");
     for (size_t i = 0; i < NKEYS; i++) {
         const config_key *k = &config_keys[i];
 
         snprintf(name, sizeof(name), "%s.%s", k->section, k->name);
         type_format(k, type, sizeof(type));
-        fprintf(out, "%-*s  %-*s  %-*s  %s\n", wname, name, wtype, type, wdef,
-                *k->def ? k->def : "\"\"", k->desc);
+        fprintf(out, "%-*s  %-*s  %-*s  %-7s  %s\n", wname, name, wtype, type, wdef,
+                *k->def ? k->def : "\"\"", k->hook == CONFIG_RESTART ? "restart" : "live",
+                k->desc);
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct gr_config {
     int nroots;
     uint64_t chunk_size;       /* bytes; power of two, 64K..256M */
     double attr_ttl;           /* seconds an attribute lookup is trusted, >= 0 */
+    int attr_cache_max;        /* files whose attributes are kept; beyond, the oldest go */
     int max_inflight;          /* source reads at once, demand and prefetch together */
     /* [prefetch] */
     uint64_t readahead_max;    /* largest read-ahead window of a sequential reader; 0 = off */
@@ -56,6 +57,39 @@ typedef struct gr_config {
     /* [metrics] */
     char metrics_listen[128];  /* Prometheus endpoint: HOST:PORT or unix:/PATH; "" = off */
 } gr_config;
+
+/*
+ * What a changed key needs to take effect on SIGHUP, one value per key in
+ * the key table (config.c).  CONFIG_RESTART: only a restart applies it
+ * (it is logged as such).  CONFIG_LIVE: the daemon reads the field where
+ * it uses it, so the new value applies as soon as it is copied in.  The
+ * others name the apply hook the daemon runs after copying it (reload.c).
+ */
+typedef enum config_hook {
+    CONFIG_RESTART = 0,
+    CONFIG_LIVE,
+    CONFIG_HOOK_LOG_LEVEL,
+    CONFIG_HOOK_ATTR_TTL,
+    CONFIG_HOOK_MAX_INFLIGHT,
+    CONFIG_HOOK_PREFETCH,
+    CONFIG_HOOK_DRAM_POLICY,
+    CONFIG_HOOK_NVME_POLICY,
+    CONFIG_NHOOKS
+} config_hook;
+
+/* The keys, in table order: how many, and key i's section, name and
+ * hook.  For walking the table (reload, docs). */
+size_t config_nkeys(void);
+const char *config_key_section(size_t i);
+const char *config_key_name(size_t i);
+config_hook config_key_hook(size_t i);
+
+/* Whether key i has different values in a and b; copy its value from src
+ * into dst; its value in c as the file would spell it (into buf, len
+ * bytes). */
+int config_key_differs(const gr_config *a, const gr_config *b, size_t i);
+void config_key_copy(gr_config *dst, const gr_config *src, size_t i);
+void config_key_value(const gr_config *c, size_t i, char *buf, size_t len);
 
 /* Fill *c with every key's default.  Never fails. */
 void config_defaults(gr_config *c);

@@ -20,7 +20,6 @@
 #include "log.h"
 #include "source.h"
 
-#define ATTR_CACHE_MAX 65536            /* entries kept; oldest go first */
 #define LARGE_BLKSIZE  (64 * 1024)      /* st_blksize from here up is a stripe hint */
 
 /*
@@ -54,11 +53,12 @@ struct source {
     pthread_mutex_t fs_lock;
     struct { dev_t dev; int lustre; } fs_seen[FS_SEEN_MAX];
     int nfs_seen;
-    /* Attribute cache: path -> current srcfile, plus an age list. */
-    srcfile **buckets;
-    size_t nbuckets;                    /* power of two */
-    size_t count;
-    srcfile *oldest, *newest;
+    /* Attribute cache: path -> current srcfile (a table that grows in
+     * steps, never all at once on the loop), and an age list, oldest
+     * first, so that past attr_cache_max entries the oldest go. */
+    gr__htab attrs;
+    gr__list age;
+    size_t attr_max;
 };
 
 double source_now(void)
@@ -83,31 +83,30 @@ int source_new(const gr_config *cfg, source **out)
     s->chunk_size = cfg->chunk_size;
     s->attr_ttl = cfg->attr_ttl;
     s->have_openat2 = 1;
-    pthread_mutex_init(&s->fs_lock, NULL);
-    s->nbuckets = 1024;
-    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-    if (!s->buckets) {
+    s->attr_max = cfg->attr_cache_max;
+    gr__list_init(&s->age);
+    if (gr__htab_init(&s->attrs, 1024) < 0) {
         free(s);
         return -ENOMEM;
     }
+    pthread_mutex_init(&s->fs_lock, NULL);
     *out = s;
     return 0;
 }
 
 static void attr_unlink(source *s, srcfile *f);
-
 void source_free(source **sp)
 {
     source *s = *sp;
 
     if (!s)
         return;
-    while (s->oldest) {
-        srcfile *f = s->oldest;
+    for (gr__list *n; (n = gr__list_first(&s->age));) {
+        srcfile *f = gr__list_entry(n, srcfile, age);
         attr_unlink(s, f);
         srcfile_unref(&f);
     }
-    free(s->buckets);
+    gr__htab_fini(&s->attrs);
     pthread_mutex_destroy(&s->fs_lock);
     free(s);
     *sp = NULL;
@@ -395,60 +394,28 @@ uint64_t source_chunk_size(uint64_t chunk_size, uint64_t blksize)
 
 /* ---- attribute cache (loop thread) ---- */
 
-static size_t path_bucket(const source *s, const char *p)
+static uint64_t path_hash(const char *p)
 {
-    return (size_t)XXH3_64bits(p, strlen(p)) & (s->nbuckets - 1);
+    return XXH3_64bits(p, strlen(p));
+}
+
+static int path_eq(const gr__hnode *n, const void *key)
+{
+    return strcmp(gr__container_of(n, srcfile, hn)->path, key) == 0;
 }
 
 static void attr_unlink(source *s, srcfile *f)
 {
-    srcfile **pp = &s->buckets[path_bucket(s, f->path)];
-
-    while (*pp && *pp != f)
-        pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = f->hnext;
-    if (f->fprev)
-        f->fprev->fnext = f->fnext;
-    else
-        s->oldest = f->fnext;
-    if (f->fnext)
-        f->fnext->fprev = f->fprev;
-    else
-        s->newest = f->fprev;
-    f->hnext = f->fnext = f->fprev = NULL;
+    gr__htab_remove(&s->attrs, &f->hn);
+    gr__list_remove(&f->age);
     f->cached = 0;
-    s->count--;
 }
 
 static srcfile *attr_find(source *s, const char *norm)
 {
-    for (srcfile *f = s->buckets[path_bucket(s, norm)]; f; f = f->hnext)
-        if (strcmp(f->path, norm) == 0)
-            return f;
-    return NULL;
-}
+    gr__hnode *n = gr__htab_find(&s->attrs, path_hash(norm), path_eq, norm);
 
-static void attr_grow(source *s)
-{
-    size_t nb = s->nbuckets * 2;
-    srcfile **b = calloc(nb, sizeof(*b));
-
-    if (!b)
-        return;                         /* longer chains, still correct */
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        srcfile *f = s->buckets[i];
-        while (f) {
-            srcfile *next = f->hnext;
-            size_t k = (size_t)XXH3_64bits(f->path, strlen(f->path)) & (nb - 1);
-            f->hnext = b[k];
-            b[k] = f;
-            f = next;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = nb;
+    return n ? gr__container_of(n, srcfile, hn) : NULL;
 }
 
 srcfile *source_lookup(source *s, const char *norm, double now)
@@ -470,6 +437,7 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
         return NULL;
     }
     f->refs = 1;
+    gr__list_init(&f->age);
     f->path = norm;
     f->root = root;
     f->st = *st;
@@ -486,26 +454,14 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
         attr_unlink(s, old);
         srcfile_unref(&old);
     }
-    while (s->count >= ATTR_CACHE_MAX && s->oldest) {
-        srcfile *victim = s->oldest;
+    while (gr__htab_count(&s->attrs) >= s->attr_max && !gr__list_empty(&s->age)) {
+        srcfile *victim = gr__list_entry(gr__list_first(&s->age), srcfile, age);
         attr_unlink(s, victim);
         srcfile_unref(&victim);
     }
-    if (s->count >= s->nbuckets)
-        attr_grow(s);
-    {
-        size_t k = path_bucket(s, norm);
-        f->hnext = s->buckets[k];
-        s->buckets[k] = f;
-    }
-    f->fprev = s->newest;
-    if (s->newest)
-        s->newest->fnext = f;
-    else
-        s->oldest = f;
-    s->newest = f;
+    gr__htab_insert(&s->attrs, &f->hn, path_hash(norm));
+    gr__list_push_back(&s->age, &f->age);
     f->cached = 1;
-    s->count++;
     return srcfile_ref(f);
 }
 

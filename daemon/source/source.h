@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "htab.h"
+#include "list.h"
 
 #define SOURCE_ID_LEN 16
 
@@ -39,12 +41,12 @@ struct srcfile {
     uint32_t chunk_size;        /* bytes per chunk for this file */
     double checked_at;          /* monotonic time of the stat */
     int cached;                 /* still the attr cache's current entry */
-    srcfile *hnext;             /* attr cache hash chain */
-    srcfile *fnext, *fprev;     /* attr cache age list */
+    gr__hnode hn;               /* attr cache: by path */
+    gr__list age;               /* attr cache: oldest first */
 };
 
-/* Build the source from the config (roots, chunk size, attr TTL).
- * 0 or -errno.  Roots need not be mounted yet. */
+/* Build the source from the config (roots, chunk size, attr TTL, attribute
+ * cache size).  0 or -errno.  Roots need not be mounted yet. */
 int source_new(const gr_config *cfg, source **out);
 void source_free(source **s);
 
