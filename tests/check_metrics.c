@@ -283,6 +283,24 @@ START_TEST(test_render_wellformed)
 }
 END_TEST
 
+/* Monotonic counts are counters, so Prometheus can rate them: every row
+ * named like an error, skip, refusal or eviction count (the NVMe tier's
+ * were exported as gauges). */
+START_TEST(test_monotonic_counts_are_counters)
+{
+    static const char *const suffixes[] = { "_errors", "_skips", "_not_admitted", "_refused",
+                                            "_failed", "_skipped" };
+#define KIND(kind, field, help) \
+    for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) { \
+        size_t n = strlen(#field), m = strlen(suffixes[k]); \
+        if ((n > m && strcmp(#field + n - m, suffixes[k]) == 0) || strncmp(#field, "evictions_", 10) == 0) \
+            ck_assert_msg(strcmp(#kind, "counter") == 0, "%s is a %s", #field, #kind); \
+    }
+    GR_STATS(KIND)
+#undef KIND
+}
+END_TEST
+
 /* Every row of the table, by its name, kind and value: a counter added to
  * stats.h shows up with nothing else to change. */
 START_TEST(test_render_every_row)
@@ -617,6 +635,7 @@ static Suite *metrics_suite(void)
 
     tcase_add_test(tc, test_render_wellformed);
     tcase_add_test(tc, test_render_every_row);
+    tcase_add_test(tc, test_monotonic_counts_are_counters);
     tcase_add_test(tc, test_render_zero);
     tcase_add_test(tc, test_histogram_buckets);
     suite_add_tcase(s, tc);

@@ -28,6 +28,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "usock.h"
 
 #define METRICS_PREFIX     "granary_"
 #define METRICS_BACKLOG    16
@@ -43,7 +44,7 @@ struct metrics {
     metrics_snapshot_fn snap;
     void *arg;
     char addr[SUN_PATH_MAX + 16];       /* metrics_address() */
-    char unix_path[SUN_PATH_MAX];       /* non-empty: a socket file we made */
+    gr__listener lis;           /* unix: the socket file we made (its fd is evhttp's) */
 };
 
 
@@ -371,54 +372,27 @@ static int listen_inet(metrics *m, const char *spec, char *err, size_t errlen)
     return fd;
 }
 
-/* A listening Unix socket at path; fd or -errno.  A stale socket file (no
- * one accepting) is replaced; anything else at path is left alone. */
+/* A listening Unix socket at path (common/usock.h: only a stale socket is
+ * ever replaced); fd or -errno.  The metrics keep the listener's identity
+ * to remove the socket file at stop. */
 static int listen_unix(metrics *m, const char *path, char *err, size_t errlen)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    struct stat st;
-    int fd, rc;
+    char why[256];
+    int rc;
 
-    if (path[0] != '/' || strlen(path) >= SUN_PATH_MAX) {
-        err_set(err, errlen, "\"unix:%s\": need an absolute path under %zu bytes", path,
-               SUN_PATH_MAX);
+    if (path[0] != '/') {
+        err_set(err, errlen, "\"unix:%s\": need an absolute path", path);
         return -EINVAL;
     }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        rc = -errno;
-        err_set(err, errlen, "\"unix:%s\": socket: %s", path, strerror(errno));
-        return rc;
+    rc = gr__unix_listen(&m->lis, path, SOCK_STREAM, 0660, METRICS_BACKLOG, why, sizeof(why));
+    if (rc < 0) {
+        err_set(err, errlen, "\"unix:%s\": %s", path, why);
+        return rc == -ENAMETOOLONG ? -EINVAL : rc;   /* a bad address, like the others */
     }
-    if (lstat(path, &st) == 0) {
-        int probe;
-
-        if (!S_ISSOCK(st.st_mode)) {
-            err_set(err, errlen, "\"unix:%s\": exists and is not a socket", path);
-            close(fd);
-            return -EEXIST;
-        }
-        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            close(probe);
-            close(fd);
-            err_set(err, errlen, "\"unix:%s\": another process is serving on it", path);
-            return -EADDRINUSE;
-        }
-        if (probe >= 0)
-            close(probe);
-        unlink(path);
-    }
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, METRICS_BACKLOG) < 0) {
-        rc = -errno;
-        err_set(err, errlen, "\"unix:%s\": bind: %s", path, strerror(errno));
-        close(fd);
-        return rc;
-    }
-    memcpy(m->unix_path, path, strlen(path) + 1);
     snprintf(m->addr, sizeof(m->addr), UNIX_PREFIX "%s", path);
-    return fd;
+    rc = m->lis.fd;
+    m->lis.fd = -1;             /* evhttp owns it from here */
+    return rc;
 }
 
 int metrics_start(struct event_base *base, const char *spec, metrics_snapshot_fn snap,
@@ -485,8 +459,7 @@ void metrics_stop(metrics **mp)
         return;
     if (m->http)
         evhttp_free(m->http);
-    if (m->unix_path[0])
-        unlink(m->unix_path);
+    gr__unix_close(&m->lis);   /* its fd went with evhttp_free */
     free(m);
     *mp = NULL;
 }

@@ -3,8 +3,9 @@
  *
  * The X-macro table below drives the struct, the STATS reply (and so
  * `granaryctl stats` and its JSON), and the metrics endpoint.  Add a
- * line here and it appears everywhere.  Counters only grow; gauges are
- * filled from the tiers when a snapshot is taken.
+ * line here and it appears everywhere.  Counters only grow (Prometheus
+ * rates them), gauges go up and down; some of both are kept by the tiers
+ * and copied in when a snapshot is taken.
  */
 #ifndef GR_STATS_H
 #define GR_STATS_H
@@ -74,11 +75,11 @@
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \
     X(gauge,   nvme_capacity_bytes,  "capacity of the NVMe tier on disk") \
     X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \
-    X(gauge,   nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep") \
+    X(counter, nvme_not_admitted,    "chunks the NVMe tier's policy chose not to keep") \
     X(gauge,   nvme_state,           "NVMe tier device state: 0 ok, 1 full, 2 offline (nvme.h)") \
-    X(gauge,   nvme_io_errors,       "NVMe reads or writes that failed with an I/O error") \
-    X(gauge,   nvme_space_errors,    "NVMe writes the filesystem refused for want of space") \
-    X(gauge,   nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full")
+    X(counter, nvme_io_errors,       "NVMe reads or writes that failed with an I/O error") \
+    X(counter, nvme_space_errors,    "NVMe writes the filesystem refused for want of space") \
+    X(counter, nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full")
 
 /*
  * Request latency histograms, one per class of request: the time from
