@@ -429,7 +429,7 @@ static void st_note(nvme_tier *s, int rc)
 {
     pthread_mutex_lock(&s->lock);
     st_note_locked(s, rc);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
 }
 
 /* ---- data file I/O ---- */
@@ -498,7 +498,7 @@ static void st_release(nvme_tier *s, st_entry *e)
                 rc = -ENOMEM;           /* punched: only the slot number leaks */
         }
         pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         if (rc < 0)
             log_error("nvme: free %s/data-%" PRIu64 ".dat slot %u: %s",
                       s->path, c->size, e->slot, strerror(-rc));
@@ -516,7 +516,7 @@ static void st_unref(nvme_tier *s, st_entry *e, uint64_t *ctr)
     if (ctr)
         (*ctr)++;
     last = --e->refs == 0;
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     if (last)
         st_release(s, e);
 }
@@ -554,7 +554,7 @@ static int st_db_delete(nvme_tier *s, st_entry *const *v, size_t n)
             rocksdb_writebatch_delete(b, (const char *)k, sizeof(k));
         }
     }
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     if (rocksdb_writebatch_count(b))
         rocksdb_write(s->db, s->wopts, b, &err);
     for (int i = 0; i < ST_STRIPES; i++)
@@ -566,7 +566,7 @@ static int st_db_delete(nvme_tier *s, st_entry *const *v, size_t n)
         rocksdb_free(err);
         pthread_mutex_lock(&s->lock);
         s->st.io_errors++;
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         return -EIO;
     }
     return 0;
@@ -585,7 +585,7 @@ static void st_finish_removal(nvme_tier *s, st_entry *const *v, size_t n)
     st_db_delete(s, v, n);
     pthread_mutex_lock(&s->lock);
     st_settle_locked(s, g);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     for (size_t i = 0; i < n; i++)
         st_unref(s, v[i], NULL);
 }
@@ -595,11 +595,11 @@ static void st_drop_bad(nvme_tier *s, st_entry *e)
 {
     pthread_mutex_lock(&s->lock);
     if (e->dead) {
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         return;
     }
     st_remove_locked(s, e);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     st_finish_removal(s, &e, 1);
 }
 
@@ -618,7 +618,7 @@ void nvme__compact_locked(nvme_tier *s)
     char *err = NULL;
 
     s->compacting = 1;
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     rocksdb_flush(s->db, s->fopts, &err);
     if (!err)
         rocksdb_compact_range_opt(s->db, s->copts, NULL, 0, NULL, 0);
@@ -626,7 +626,7 @@ void nvme__compact_locked(nvme_tier *s)
     s->compacting = 0;
     if (err) {
         s->st.io_errors++;
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         log_error("nvme: rocksdb flush in %s: %s", s->path, err);
         rocksdb_free(err);
         pthread_mutex_lock(&s->lock);
@@ -643,7 +643,7 @@ static void st_maybe_compact(nvme_tier *s)
     pthread_mutex_lock(&s->lock);
     if (!s->compacting && s->garbage_settled >= st_compact_thr_locked(s))
         nvme__compact_locked(s);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
 }
 
 /* Whether evicting more is needed: what is on its way back (pending slot
@@ -679,7 +679,7 @@ int nvme__make_room_locked(nvme_tier *s, uint64_t need)
             s->st.evictions++;
         }
         if (n) {
-            pthread_mutex_unlock(&s->lock);
+            nvme__unlock(s);
             st_finish_removal(s, v, n);
             pthread_mutex_lock(&s->lock);
             continue;
@@ -688,9 +688,10 @@ int nvme__make_room_locked(nvme_tier *s, uint64_t need)
         if (can_compact && (!s->count || s->garbage >= st_compact_thr_locked(s)))
             nvme__compact_locked(s);
         else if (s->pending_free || s->garbage != s->garbage_settled || s->compacting ||
-                 s->inflight)
+                 s->inflight) {
+            nvme__publish_locked(s);
             pthread_cond_wait(&s->cv, &s->lock);    /* space, or a put to evict, comes */
-        else if (can_compact)
+        } else if (can_compact)
             nvme__compact_locked(s);
         else
             return -ENOSPC;
@@ -765,18 +766,18 @@ int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t ca
             e = NULL;                   /* offline: a miss, the caller reads the source */
         if (!e || attempt == 3) {
             s->st.misses++;
-            pthread_mutex_unlock(&s->lock);
+            nvme__unlock(s);
             return -ENOENT;
         }
         if (cap < (st_is_inline(e) ? e->len : st_round(e->len))) {
-            pthread_mutex_unlock(&s->lock);
+            nvme__unlock(s);
             return -ENOBUFS;
         }
         e->refs++;
         policy_hit(s->pol, &e->pn);
         e->atime = st_tick_locked(s);
         e->touched = 1;
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
 
         rc = st_read_entry(s, e, buf);
         st_note(s, rc);
@@ -873,7 +874,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, si
 
     pthread_mutex_lock(&s->lock);
     if (!st_usable_locked(s, 1)) {
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         rc = -ENODEV;
         goto out;
     }
@@ -883,7 +884,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, si
         st_sync_garbage_locked(s);
         if (!policy_admit(s->pol, st_hash(key), alen + charge)) {
             s->st.not_admitted++;
-            pthread_mutex_unlock(&s->lock);
+            nvme__unlock(s);
             free(e);
             return -ECANCELED;
         }
@@ -892,14 +893,14 @@ int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, si
     if (rc == 0 && c)
         rc = st_slot_alloc_locked(c, &e->slot);
     if (rc < 0) {
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         goto out;
     }
     s->slot_bytes += alen;
     s->meta_live += charge;
     s->inflight++;
     e->atime = st_tick_locked(s);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
 
     e->csum = XXH3_64bits(data, len);
 
@@ -946,7 +947,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, si
     s->st.puts++;
     s->inflight--;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     pthread_mutex_unlock(stripe);
     if (old)
         st_unref(s, old, NULL);
@@ -969,12 +970,12 @@ fail_unreserve:
     if (rc == -EIO)
         s->st.io_errors++;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
 out:
     free(e);
     pthread_mutex_lock(&s->lock);
     s->st.put_errors++;
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     return rc;
 }
 
@@ -984,7 +985,7 @@ int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 
     pthread_mutex_lock(&s->lock);
     found = nvme__find_locked(s, key) != NULL;
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     return found;
 }
 
@@ -994,11 +995,11 @@ int nvme_delete(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
 
     pthread_mutex_lock(&s->lock);
     if (!(e = nvme__find_locked(s, key))) {
-        pthread_mutex_unlock(&s->lock);
+        nvme__unlock(s);
         return -ENOENT;
     }
     st_remove_locked(s, e);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     st_finish_removal(s, &e, 1);
     st_maybe_compact(s);
     return 0;
@@ -1035,7 +1036,7 @@ static long st_drop_matching(nvme_tier *s, st_match_fn match, const void *arg)
         }
     }
 unlock:
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     for (size_t i = 0; i < n; i += ST_BATCH_KEYS / 2) {
         size_t k = n - i < ST_BATCH_KEYS / 2 ? n - i : ST_BATCH_KEYS / 2;
         st_finish_removal(s, v + i, k);
@@ -1108,7 +1109,7 @@ long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, 
                 held++;
             }
 out:
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     idset_clear(&batch);
     return held;
 }
@@ -1139,20 +1140,42 @@ int nvme_set_policy(nvme_tier *s, const char *policy_name)
     rc = policy_switch(&s->pol, kind, pinned, n);
     free(pinned);
 out:
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     return rc;
 }
 
+void nvme__publish_locked(nvme_tier *s)
+{
+    nvme_stats st = s->st;
+    uint64_t w[sizeof(s->pub) / 8] = { 0 };
+    uint64_t seq = s->pub_seq;
+
+    st.capacity_bytes = s->capacity;
+    st.used_bytes = st_used_locked(s);
+    st.chunks = s->count;
+    st.pinned_bytes = s->pinned_bytes;
+    st.state = s->state;
+    memcpy(w, &st, sizeof(st));
+    __atomic_store_n(&s->pub_seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (size_t i = 0; i < sizeof(w) / 8; i++)
+        __atomic_store_n(&s->pub[i], w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pub_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* Lock-free: the copy the last unlock published (see nvme__unlock). */
 void nvme_get_stats(nvme_tier *s, nvme_stats *out)
 {
-    pthread_mutex_lock(&s->lock);
-    *out = s->st;
-    out->capacity_bytes = s->capacity;
-    out->used_bytes = st_used_locked(s);
-    out->chunks = s->count;
-    out->pinned_bytes = s->pinned_bytes;
-    out->state = s->state;
-    pthread_mutex_unlock(&s->lock);
+    uint64_t w[sizeof(s->pub) / 8], s1, s2;
+
+    do {
+        s1 = __atomic_load_n(&s->pub_seq, __ATOMIC_ACQUIRE);
+        for (size_t i = 0; i < sizeof(w) / 8; i++)
+            w[i] = __atomic_load_n(&s->pub[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        s2 = __atomic_load_n(&s->pub_seq, __ATOMIC_RELAXED);
+    } while ((s1 & 1) || s1 != s2);
+    memcpy(out, w, sizeof(*out));
 }
 
 /* ---- disk usage ---- */
@@ -1218,7 +1241,7 @@ static void st_write_atimes_locked(nvme_tier *s, rocksdb_writebatch_t *b, uint64
 {
     char *err = NULL;
 
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     rocksdb_write(s->db, s->wopts, b, &err);
     rocksdb_writebatch_clear(b);
     if (err) {
@@ -1280,7 +1303,7 @@ static void st_writeback_atimes(nvme_tier *s)
 done:
     if (n)
         st_write_atimes_locked(s, b, g);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     rocksdb_writebatch_destroy(b);
 }
 

@@ -16,7 +16,8 @@
  * that only as a byte prefix).
  *
  * Every function is thread-safe: the daemon calls them from its I/O threads
- * concurrently.  None may be called from the event loop thread (they block).
+ * concurrently.  None may be called from the event loop thread (they block),
+ * except nvme_get_stats, which never waits.
  */
 #ifndef GR_STORE_H
 #define GR_STORE_H
@@ -150,7 +151,9 @@ long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n, int pinned
  * 0, -EINVAL (unknown name), -ENOMEM. */
 int nvme_set_policy(nvme_tier *s, const char *policy_name);
 
-/* Snapshot of the counters. */
+/* Snapshot of the counters and gauges, as of the tier's last operation.
+ * Never waits for the tier's lock, so the event loop may call it (the one
+ * exception to "none may be called from the loop" above). */
 void nvme_get_stats(nvme_tier *s, nvme_stats *out);
 
 /* Bytes the tier's directory really occupies on disk (st_blocks of every

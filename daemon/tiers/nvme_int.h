@@ -109,6 +109,12 @@ struct nvme_tier {
     int state;                          /* NVME_STATE_* */
     unsigned err_streak;                /* device errors since the last success */
     uint64_t retry_ns, backoff_ns;
+    /* The stats as of the last release of lock (nvme__unlock), for
+     * nvme_get_stats without the lock: it runs on the event loop, which
+     * must never wait while an I/O thread holds the lock over a scan of
+     * the whole index.  A seqlock: odd while being written. */
+    uint64_t pub_seq;
+    uint64_t pub[(sizeof(nvme_stats) + 7) / 8];
 };
 
 #define ST_FAIL_STREAK      3
@@ -164,6 +170,16 @@ static inline uint64_t st_meta_charge(const st_entry *e)
 static inline uint64_t st_used_locked(const nvme_tier *s)
 {
     return s->slot_bytes + s->meta_live + s->garbage + s->reserve;
+}
+
+/* Copy the stats to the published snapshot; lock held. */
+void nvme__publish_locked(nvme_tier *s);
+
+/* Publish, then release lock: every unlock of the tier goes through here. */
+static inline void nvme__unlock(nvme_tier *s)
+{
+    nvme__publish_locked(s);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Garbage above which a full compaction pays: half the live metadata (so

@@ -587,12 +587,14 @@ int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
         st_measure_garbage(s, 0);
     }
     rc = nvme__make_room_locked(s, 0);
-    pthread_mutex_unlock(&s->lock);
+    nvme__unlock(s);
     if (rc < 0) {
         snprintf(err, errlen, "nvme %s: cannot fit the capacity", s->path);
         goto fail;
     }
     rocksdb_writebatch_destroy(d.b);
+    pthread_mutex_lock(&s->lock);
+    nvme__unlock(s);            /* the stats as loaded, for nvme_get_stats */
     *out = s;
     return 0;
 
