@@ -33,9 +33,11 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wno-unused-parameter
 CFLAGS  ?=
 # Daemon headers are found by name from any of its folders (daemon/*/):
-# every header name in the tree is unique.
+# every header name in the tree is unique.  -iquote, so that our sched.h
+# or log.h never shadows a system header of the same name.
 DAEMON_DIRS := $(sort $(dir $(wildcard daemon/*/*.c daemon/*/*.h)))
-CPPFLAGS += -D_GNU_SOURCE -Icommon -Iproto $(addprefix -I,$(DAEMON_DIRS)) -Iclient
+INCDIRS  := common proto $(DAEMON_DIRS) client
+CPPFLAGS += -D_GNU_SOURCE $(addprefix -iquote ,$(INCDIRS))
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
 PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
@@ -154,7 +156,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-                $(WARN) -D_GNU_SOURCE -Icommon -Iproto $(addprefix -I,$(DAEMON_DIRS))
+                $(WARN) -D_GNU_SOURCE $(addprefix -iquote ,$(INCDIRS))
 FUZZERS      := build/fuzz/fuzz_proto build/fuzz/fuzz_config
 
 .PHONY: fuzz fuzz-regress torture soak

@@ -101,6 +101,9 @@ int main(int argc, char **argv)
     reload_ctx reload = { 0 };
     struct event *watchdog = NULL;  /* systemd WatchdogSec= keep-alive, see notify.h */
     workers *w = NULL;
+    sched *sc = NULL;
+    backend chain[BACKEND_MAX];
+    unsigned nchain = 0;
     fetcher *fx = NULL;
     prefetcher *pf = NULL;
     warmup *wu = NULL;
@@ -162,14 +165,14 @@ int main(int argc, char **argv)
     if (source_new(&cfg, &src) < 0)
         goto fail;
     if (cfg.nvme_path[0]) {
-        nvme_config sc = {
+        nvme_config nc = {
             .path = cfg.nvme_path,
             .capacity = cfg.nvme_capacity,
             .inline_max = cfg.nvme_inline_max,
             .max_chunk = cfg.chunk_size,
             .policy = cfg.nvme_policy,
         };
-        if (nvme_open(&sc, &nvme, err, sizeof(err)) < 0) {
+        if (nvme_open(&nc, &nvme, err, sizeof(err)) < 0) {
             log_error("nvme tier: %s", err);
             goto fail;
         }
@@ -195,9 +198,15 @@ int main(int argc, char **argv)
         goto fail;
     /* Write-behind pins its chunks' DRAM blocks until written: at most a
      * quarter of the tier, so that readers always find room. */
-    if (fetcher_new(d, nvme, src, w, &stats,
+    if (sched_new(w, (unsigned)cfg.max_inflight, &sc) < 0)
+        goto fail;
+    /* The chain below DRAM: the NVMe tier (if any), then the source. */
+    if (nvme)
+        chain[nchain++] = nvme_backend(nvme);
+    source_backend(src, &chain[nchain++]);
+    if (fetcher_new(d, chain, nchain, sc, w, &stats,
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
-                    (unsigned)cfg.max_inflight, &fx) < 0)
+                    &fx) < 0)
         goto fail;
     if (prefetcher_new(fx, d, src, w, &stats, &pf) < 0)
         goto fail;
@@ -205,7 +214,7 @@ int main(int argc, char **argv)
     {
         char dir[PATH_MAX + 16];
         snprintf(dir, sizeof(dir), "%s/warmup", cfg.nvme_path);
-        if (warmup_new(base, fx, nvme, src, &stats, cfg.chunk_size, nvme ? dir : NULL, &wu, err,
+        if (warmup_new(base, fx, sc, nvme, src, &stats, cfg.chunk_size, nvme ? dir : NULL, &wu, err,
                        sizeof(err)) < 0) {
             log_error("%s", err);
             goto fail;
@@ -238,7 +247,7 @@ int main(int argc, char **argv)
     }
     {
         server_deps deps = {
-            .base = base, .cfg = &cfg, .src = src, .fx = fx, .w = w,
+            .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w,
             .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
@@ -251,7 +260,7 @@ int main(int argc, char **argv)
     reload.src = src;
     reload.dram = d;
     reload.nvme = nvme;
-    reload.fx = fx;
+    reload.sc = sc;
     reload.pf = pf;
     sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
     if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||
@@ -280,13 +289,14 @@ fail:
     if (srv)
         server_shutdown(srv);
     warmup_shutdown(wu);
-    if (fx)
-        fetcher_drain(fx);
+    if (sc)
+        sched_drain(sc);
     workers_stop(&w);
     server_free(&srv);
     warmup_free(&wu);
     prefetcher_free(&pf);
     fetcher_free(&fx);
+    sched_free(&sc);
     if (trace)
         fclose(trace);
     if (sigterm)

@@ -33,7 +33,7 @@ static int hook_max_inflight(reload_ctx *r, char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;
-    fetcher_set_max_inflight(r->fx, (unsigned)r->cfg->max_inflight);
+    sched_set_max(r->sc, (unsigned)r->cfg->max_inflight);
     return 0;
 }
 

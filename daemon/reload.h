@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "dram.h"
-#include "fetch.h"
+#include "sched.h"
 #include "nvme.h"
 #include "prefetch.h"
 #include "source.h"
@@ -22,7 +22,7 @@ typedef struct reload_ctx {
     source *src;
     dram *dram;
     nvme_tier *nvme;            /* NULL without an NVMe tier */
-    fetcher *fx;
+    sched *sc;
     prefetcher *pf;
 } reload_ctx;
 

@@ -11,9 +11,9 @@
 #include "idset.h"
 
 /* Ids that collide in their home slot often: a small hash space. */
-static void mkid(uint8_t id[IDSET_ID_LEN], uint32_t n)
+static void mkid(uint8_t id[FILE_ID_LEN], uint32_t n)
 {
-    memset(id, 0, IDSET_ID_LEN);
+    memset(id, 0, FILE_ID_LEN);
     id[0] = (uint8_t)(n % 61 + 1);          /* few homes: long probe runs */
     memcpy(id + 8, &n, sizeof(n));
 }
@@ -28,7 +28,7 @@ START_TEST(test_against_reference)
 
     for (int step = 0; step < 60000; step++) {
         uint32_t n = (uint32_t)rand_r(&seed) % N;
-        uint8_t id[IDSET_ID_LEN];
+        uint8_t id[FILE_ID_LEN];
         mkid(id, n);
         if (rand_r(&seed) % 3) {
             ck_assert_int_eq(idset_add(&s, id), !in[n]);
@@ -54,15 +54,15 @@ END_TEST
 START_TEST(test_edges)
 {
     idset s = { NULL, 0, 0 };
-    uint8_t zero[IDSET_ID_LEN] = { 0 }, id[IDSET_ID_LEN], key[24];
+    uint8_t zero[FILE_ID_LEN] = { 0 }, id[FILE_ID_LEN], key[24];
 
     ck_assert_int_eq(idset_has(&s, zero), 0);
     ck_assert_int_eq(idset_del(&s, zero), 0);
     ck_assert_int_eq(idset_add(&s, zero), -EINVAL);
     mkid(id, 42);
     ck_assert_int_eq(idset_add(&s, id), 1);
-    memcpy(key, id, IDSET_ID_LEN);          /* a chunk key: id + index */
-    memset(key + IDSET_ID_LEN, 0xff, 8);
+    memcpy(key, id, FILE_ID_LEN);          /* a chunk key: id + index */
+    memset(key + FILE_ID_LEN, 0xff, 8);
     ck_assert_int_eq(idset_has(&s, key), 1);
     idset_clear(&s);
 }

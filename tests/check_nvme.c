@@ -45,7 +45,7 @@ static uint64_t rnd_up(uint64_t x)
     return (x + NVME_ALIGN - 1) & ~(uint64_t)(NVME_ALIGN - 1);
 }
 
-static void mkkey(uint8_t k[NVME_KEY_LEN], uint32_t file, uint64_t idx)
+static void mkkey(uint8_t k[CHUNK_KEY_LEN], uint32_t file, uint64_t idx)
 {
     for (int i = 0; i < 16; i++)
         k[i] = (uint8_t)(file >> (8 * (i % 4)));
@@ -149,7 +149,7 @@ static void fx_done(fixture *f)
 
 static int put(fixture *f, uint32_t file, uint64_t idx, size_t len)
 {
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
 
     mkkey(k, file, idx);
     pat_fill(f->buf, file, idx, len);
@@ -160,7 +160,7 @@ static int put(fixture *f, uint32_t file, uint64_t idx, size_t len)
  * when want is SIZE_MAX), else the error. */
 static int get_check(fixture *f, uint32_t file, uint64_t idx, size_t want)
 {
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
     size_t len = SIZE_MAX;
     int rc;
 
@@ -176,7 +176,7 @@ static int get_check(fixture *f, uint32_t file, uint64_t idx, size_t want)
 
 static int has(fixture *f, uint32_t file, uint64_t idx)
 {
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
 
     mkkey(k, file, idx);
     return nvme_contains(f->s, k);
@@ -274,7 +274,7 @@ END_TEST
 START_TEST(test_miss_and_errors)
 {
     fixture f;
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
     size_t len;
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
@@ -613,7 +613,7 @@ START_TEST(test_corrupt_inline)
     rocksdb_options_t *o;
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    uint8_t k[1 + NVME_KEY_LEN];
+    uint8_t k[1 + CHUNK_KEY_LEN];
     char *err = NULL, *v;
     size_t vlen;
     rocksdb_t *db;
@@ -652,7 +652,7 @@ START_TEST(test_open_repairs)
     fixture f;
     rocksdb_options_t *o;
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    uint8_t k[1 + NVME_KEY_LEN];
+    uint8_t k[1 + CHUNK_KEY_LEN];
     char file[600], *err = NULL;
     struct stat st0, st1;
     long long cls;
@@ -737,7 +737,7 @@ END_TEST
 START_TEST(test_drop_prefix)
 {
     fixture f;
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
 
     fx_init(&f, 48 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < 10; i++)
@@ -767,7 +767,7 @@ END_TEST
 START_TEST(test_pin_prefix)
 {
     fixture f;
-    uint8_t k[NVME_KEY_LEN];
+    uint8_t k[CHUNK_KEY_LEN];
 
     fx_init(&f, 24 * MIB, 16 * KIB, MIB);
     ck_assert_int_eq(put(&f, 21, 0, MIB), 0);
@@ -851,7 +851,7 @@ START_TEST(test_policy_kinds)
     ck_assert_uint_ge(stats(&f).chunks, n - 1);
     n = stats(&f).chunks;
     {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
 
         mkkey(k, 17, i);
         ck_assert_int_eq(nvme_delete(f.s, k), 0);
@@ -974,7 +974,7 @@ static void *cc_worker(void *p)
     while (!__atomic_load_n(a->stop, __ATOMIC_RELAXED)) {
         unsigned r = (unsigned)rand_r(&a->seed);
         uint64_t idx = (unsigned)rand_r(&a->seed) % CC_KEYS;
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
         size_t len;
         int rc;
 
@@ -1001,7 +1001,7 @@ static void *cc_worker(void *p)
             mkkey(k, 13, idx);
             nvme_contains(f->s, k);
             if (r % 1000 == 999)
-                nvme_drop_prefix(f->s, k, NVME_KEY_LEN);
+                nvme_drop_prefix(f->s, k, CHUNK_KEY_LEN);
         }
         a->ops++;
     }
@@ -1079,7 +1079,7 @@ static void *tiny_worker(void *p)
 
     ck_assert(buf != NULL);
     for (uint64_t i = 0; i < 25; i++) {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
 
         mkkey(k, 16, (uint64_t)a->id << 32 | i);
         pat_fill(buf, 16, (uint64_t)a->id << 32 | i, MIB);
@@ -1135,14 +1135,14 @@ START_TEST(test_throughput)
     pat_fill(f.buf, 1, 1, MIB);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
         mkkey(k, 14, (uint64_t)i);
         ck_assert_int_eq(nvme_put(f.s, k, f.buf, MIB), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     put_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     for (int i = 0; i < 4 * n; i++) {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
         size_t len;
         mkkey(k, 14, (uint64_t)(i % n));
         ck_assert_int_eq(nvme_get(f.s, k, f.out, MIB, &len), 0);
@@ -1155,14 +1155,14 @@ START_TEST(test_throughput)
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < 4000; i++) {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
         mkkey(k, 15, (uint64_t)i);
         ck_assert_int_eq(nvme_put(f.s, k, f.buf, 4000), 0);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     put_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     for (int i = 0; i < 4000; i++) {
-        uint8_t k[NVME_KEY_LEN];
+        uint8_t k[CHUNK_KEY_LEN];
         size_t len;
         mkkey(k, 15, (uint64_t)i);
         ck_assert_int_eq(nvme_get(f.s, k, f.out, MIB, &len), 0);

@@ -1,6 +1,6 @@
 /*
- * check_sched.c - the source-slot scheduler of the fetcher (fetch.h), with
- * the real fetcher, I/O workers, DRAM tier and source over a scratch file:
+ * check_sched.c - the source-slot scheduler (sched.h), with the real
+ * fetcher, I/O workers, DRAM tier and source over a scratch file:
  * demand misses run first, a queued prefetch a client now waits on is
  * promoted, and the prefetch classes take turns.
  */
@@ -29,8 +29,8 @@ static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
 static int order[64], norder;           /* tags of tasks in the order they ran */
 
 typedef struct ttask {
-    fetch_task t;                       /* first */
-    fetcher *fx;
+    sched_task t;                       /* first */
+    sched *sc;
     int tag;
     int *done;
 } ttask;
@@ -49,36 +49,37 @@ static void tt_done(wq_job *j)
 {
     ttask *t = (ttask *)j;
 
-    fetcher_task_finished(t->fx, &t->t);
+    sched_finished(t->sc, &t->t);
     (*t->done)++;
     free(t);
 }
 
-static void tt_submit(fetcher *fx, fetch_class cls, int tag, int *done)
+static void tt_submit(sched *sc, sched_class cls, int tag, int *done)
 {
     ttask *t = calloc(1, sizeof(*t));
 
     ck_assert_ptr_nonnull(t);
     t->t.job.run = tt_run;
     t->t.job.done = tt_done;
-    t->fx = fx;
+    t->sc = sc;
     t->tag = tag;
     t->done = done;
-    fetcher_task_submit(fx, &t->t, cls);
+    sched_submit(sc, &t->t, cls);
 }
 
-typedef struct sched {
+typedef struct rig {
     char *dir;
     struct event_base *base;
     workers *w;
+    sched *sc;
     source *src;
     dram *d;
     fetcher *fx;
     gr_stats stats;
     srcfile *f;
-} sched;
+} rig;
 
-static void sched_init(sched *s, unsigned max_inflight)
+static void rig_init(rig *s, unsigned max_inflight)
 {
     gr_config cfg;
     char path[600], err[256];
@@ -99,19 +100,24 @@ static void sched_init(sched *s, unsigned max_inflight)
     ck_assert_int_eq(workers_start(s->base, 1, &s->w), 0);
     ck_assert_int_eq(source_new(&cfg, &s->src), 0);
     ck_assert_int_eq(dram_new(4u << 20, CHUNK, "lru", &s->d, err, sizeof(err)), 0);
-    ck_assert_int_eq(fetcher_new(s->d, NULL, s->src, s->w, &s->stats, 1u << 20, max_inflight,
-                                 &s->fx), 0);
+    {
+        backend chain[1];
+        source_backend(s->src, &chain[0]);
+        ck_assert_int_eq(sched_new(s->w, max_inflight, &s->sc), 0);
+        ck_assert_int_eq(fetcher_new(s->d, chain, 1, s->sc, s->w, &s->stats, 1u << 20, &s->fx), 0);
+    }
     ck_assert_int_eq(source_stat(s->src, path, 0, &st, err, sizeof(err)), 0);
     s->f = source_install(s->src, strdup(path), 0, &st, source_now());
     ck_assert_ptr_nonnull(s->f);
 }
 
-static void sched_fini(sched *s)
+static void rig_fini(rig *s)
 {
     srcfile_unref(&s->f);
-    fetcher_drain(s->fx);
+    sched_drain(s->sc);
     workers_stop(&s->w);
     fetcher_free(&s->fx);
+    sched_free(&s->sc);
     dram_free(&s->d);
     source_free(&s->src);
     event_base_free(s->base);
@@ -120,7 +126,7 @@ static void sched_fini(sched *s)
 }
 
 /* Run the loop until *n reaches want (10 s at most). */
-static void loop_until(sched *s, const int *n, int want)
+static void loop_until(rig *s, const int *n, int want)
 {
     for (int i = 0; i < 10000 && *n < want; i++) {
         struct timeval tv = { 0, 1000 };
@@ -157,24 +163,24 @@ static void probe_cb(void *arg, chunk *c, int err, const char *errmsg)
  * take demand jobs first. */
 START_TEST(test_demand_first)
 {
-    sched s;
+    rig s;
     demand_probe p = { -1, 0, 0, 0 };
     int done = 0;
 
-    sched_init(&s, 4);                  /* prefetch may hold 3 slots */
+    rig_init(&s, 4);                  /* prefetch may hold 3 slots */
     for (int i = 0; i < 9; i++)
-        tt_submit(s.fx, i % 2 ? FETCH_HINT : FETCH_WARMUP, 100 + i, &done);
-    ck_assert_uint_eq(fetcher_running(s.fx), 3);
-    ck_assert_uint_eq(fetcher_queued(s.fx), 6);
+        tt_submit(s.sc, i % 2 ? SCHED_HINT : SCHED_WARMUP, 100 + i, &done);
+    ck_assert_uint_eq(sched_running(s.sc), 3);
+    ck_assert_uint_eq(sched_queued(s.sc), 6);
     fetcher_get(s.fx, s.f, 0, 0, probe_cb, &p);
-    ck_assert_uint_eq(fetcher_running(s.fx), 4);    /* dispatched at once */
+    ck_assert_uint_eq(sched_running(s.sc), 4);    /* dispatched at once */
     loop_until(&s, &p.done, 1);
     ck_assert_int_eq(p.err, 0);
     /* One task was running on the only thread when it arrived. */
     ck_assert_int_le(p.ran_before, 1);
     loop_until(&s, &done, 9);
     ck_assert_uint_eq(s.stats.misses, 1);
-    sched_fini(&s);
+    rig_fini(&s);
 }
 END_TEST
 
@@ -183,17 +189,17 @@ END_TEST
  * source is read once. */
 START_TEST(test_promote)
 {
-    sched s;
+    rig s;
     demand_probe p = { -1, 0, 0, 2 };
     int done = 0;
 
-    sched_init(&s, 4);
+    rig_init(&s, 4);
     for (int i = 0; i < 8; i++)
-        tt_submit(s.fx, FETCH_WARMUP, 200 + i, &done);
-    fetcher_prefetch(s.fx, s.f, 2, FETCH_READAHEAD, 0, NULL, NULL);
-    ck_assert_uint_eq(fetcher_queued(s.fx), 6);     /* 5 warmup + the read-ahead */
+        tt_submit(s.sc, SCHED_WARMUP, 200 + i, &done);
+    fetcher_prefetch(s.fx, s.f, 2, SCHED_READAHEAD, 0, NULL, NULL);
+    ck_assert_uint_eq(sched_queued(s.sc), 6);     /* 5 warmup + the read-ahead */
     fetcher_get(s.fx, s.f, 2, 0, probe_cb, &p);
-    ck_assert_uint_eq(fetcher_queued(s.fx), 5);     /* promoted out of the queue */
+    ck_assert_uint_eq(sched_queued(s.sc), 5);     /* promoted out of the queue */
     loop_until(&s, &p.done, 1);
     ck_assert_int_eq(p.err, 0);
     ck_assert_int_le(p.ran_before, 1);
@@ -202,7 +208,7 @@ START_TEST(test_promote)
     ck_assert_uint_eq(s.stats.fetch_joins, 1);
     ck_assert_uint_eq(s.stats.prefetch_issued, 1);
     ck_assert_uint_eq(s.stats.prefetch_used, 1);    /* a client waited on it */
-    sched_fini(&s);
+    rig_fini(&s);
 }
 END_TEST
 
@@ -210,14 +216,14 @@ END_TEST
  * read-ahead, and read-ahead queued first does not starve warmup. */
 START_TEST(test_round_robin)
 {
-    sched s;
+    rig s;
     int done = 0, ra_in_first = 0, wu_in_first = 0;
 
-    sched_init(&s, 1);                  /* one slot: the order is the scheduler's */
+    rig_init(&s, 1);                  /* one slot: the order is the scheduler's */
     for (int i = 0; i < 6; i++)
-        tt_submit(s.fx, FETCH_WARMUP, 300 + i, &done);
+        tt_submit(s.sc, SCHED_WARMUP, 300 + i, &done);
     for (int i = 0; i < 6; i++)
-        tt_submit(s.fx, FETCH_READAHEAD, 400 + i, &done);
+        tt_submit(s.sc, SCHED_READAHEAD, 400 + i, &done);
     loop_until(&s, &done, 12);
     for (int i = 1; i < 6; i++) {       /* the first ran before the others were queued */
         ra_in_first += order[i] >= 400;
@@ -225,7 +231,7 @@ START_TEST(test_round_robin)
     }
     ck_assert_int_ge(ra_in_first, 2);
     ck_assert_int_ge(wu_in_first, 1);
-    sched_fini(&s);
+    rig_fini(&s);
 }
 END_TEST
 

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
     nvme_tier *s = NULL;
     nvme_stats st;
     char err[256];
-    uint8_t key[NVME_KEY_LEN];
+    uint8_t key[CHUNK_KEY_LEN];
     uint64_t chunk, count;
     void *buf;
     double t0, t1;

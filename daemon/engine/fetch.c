@@ -4,8 +4,8 @@
  * State: a table of fetches in flight keyed by chunk key, each with the list
  * of lookups waiting on it.  A fetch owns a reference to its srcfile and to
  * the chunk it fills; the write-behind job owns its own chunk reference.
- * Source work waits for a slot in one queue per fetch_class (fx->q) and
- * runs on the I/O threads once dispatch() gives it one.
+ * Fetches are tasks of the source slots (sched.h); the worker walks the
+ * backend chain.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,9 +14,8 @@
 #include <xxhash.h>
 
 #include "fetch.h"
+#include "htab.h"
 #include "log.h"
-
-#define PENDING_BUCKETS 4096            /* fetches in flight are few */
 
 typedef struct waiter waiter;
 struct waiter {
@@ -26,79 +25,77 @@ struct waiter {
     waiter *next;
 };
 
-typedef enum { FROM_NONE, FROM_NVME, FROM_SOURCE } fetch_from;
-
 typedef struct pending pending;
 struct pending {
-    fetch_task task;            /* first: the task is the pending */
+    sched_task task;            /* first: the task is the pending */
     fetcher *fx;
-    fetch_class born;           /* the class that started it */
+    sched_class born;           /* the class that started it */
     uint8_t key[CHUNK_KEY_LEN];
     srcfile *f;
     uint64_t idx;
     chunk *c;
     waiter *waiters, **wtail;
-    pending *hnext;
+    gr__hnode hn;               /* fx->pending */
     /* Filled by the worker. */
-    fetch_from from;
-    int err;
-    int nvme_bad;               /* the NVMe copy failed its checksum */
-    char errmsg[256];
+    int from;                   /* index of the backend that had it, -1 none */
+    unsigned corrupt;           /* bit i: backend i's copy failed its check */
+    backend_status st;          /* the failing backend's, when from < 0 */
 };
 
 typedef struct writeback {
     wq_job job;
     fetcher *fx;
     chunk *c;
+    unsigned upto;              /* put into the backends before this index */
     int rc;
 } writeback;
 
 struct fetcher {
     dram *dram;
-    nvme_tier *nvme;
-    source *src;
+    backend chain[BACKEND_MAX];
+    unsigned nchain;
+    sched *sc;
     workers *w;
     gr_stats *stats;
-    pending *buckets[PENDING_BUCKETS];
+    gr__htab pending;           /* fetches in flight, by key */
     unsigned inflight;
     uint64_t wb_bytes, wb_max;  /* write-behind bytes queued, and the bound */
     FILE *trace;                /* lookups are recorded here when set */
-    /* Slots: running tasks, and tasks waiting per class (FIFO each). */
-    unsigned max_inflight, running, queued;
-    fetch_task *qhead[FETCH_NCLASSES], *qtail[FETCH_NCLASSES];
-    unsigned rr;                /* position in the round robin (rr_order) */
     fetch_consume_hook consume;
     void *consume_arg;
 };
 
-/* Weighted round robin over the prefetch classes: read-ahead 2, hints 2,
- * warmup 1. */
-static const fetch_class rr_order[] = {
-    FETCH_READAHEAD, FETCH_HINT, FETCH_WARMUP, FETCH_HINT, FETCH_READAHEAD,
-};
-#define RR_LEN (sizeof(rr_order) / sizeof(rr_order[0]))
-
-int fetcher_new(dram *d, nvme_tier *nvme, source *src, workers *w, gr_stats *stats,
-                uint64_t writeback_max_bytes, unsigned max_inflight, fetcher **out)
+int fetcher_new(dram *d, const backend *chain, unsigned n, sched *sc, workers *w,
+                gr_stats *stats, uint64_t writeback_max_bytes, fetcher **out)
 {
-    fetcher *fx = calloc(1, sizeof(*fx));
+    fetcher *fx;
 
-    if (!fx)
+    if (n > BACKEND_MAX)
+        return -EINVAL;
+    fx = calloc(1, sizeof(*fx));
+    if (!fx || gr__htab_init(&fx->pending, 256) < 0) {
+        free(fx);
         return -ENOMEM;
+    }
     fx->dram = d;
-    fx->nvme = nvme;
-    fx->src = src;
+    memcpy(fx->chain, chain, n * sizeof(*chain));
+    fx->nchain = n;
+    fx->sc = sc;
     fx->w = w;
     fx->stats = stats;
     fx->wb_max = writeback_max_bytes;
-    fx->max_inflight = max_inflight ? max_inflight : 1;
     *out = fx;
     return 0;
 }
 
 void fetcher_free(fetcher **fxp)
 {
-    free(*fxp);
+    fetcher *fx = *fxp;
+
+    if (!fx)
+        return;
+    gr__htab_fini(&fx->pending);
+    free(fx);
     *fxp = NULL;
 }
 
@@ -112,14 +109,9 @@ unsigned fetcher_inflight(const fetcher *fx)
     return fx->inflight;
 }
 
-unsigned fetcher_running(const fetcher *fx)
+uint64_t fetcher_writeback_bytes(const fetcher *fx)
 {
-    return fx->running;
-}
-
-unsigned fetcher_queued(const fetcher *fx)
-{
-    return fx->queued;
+    return fx->wb_bytes;
 }
 
 void fetcher_set_consume_hook(fetcher *fx, fetch_consume_hook hook, void *arg)
@@ -128,184 +120,78 @@ void fetcher_set_consume_hook(fetcher *fx, fetch_consume_hook hook, void *arg)
     fx->consume_arg = arg;
 }
 
-/* ---- slots ---- */
-
-static void q_unlink(fetcher *fx, fetch_task *t)
+static uint64_t key_hash(const uint8_t *key)
 {
-    if (t->qprev)
-        t->qprev->qnext = t->qnext;
-    else
-        fx->qhead[t->cls] = t->qnext;
-    if (t->qnext)
-        t->qnext->qprev = t->qprev;
-    else
-        fx->qtail[t->cls] = t->qprev;
-    t->qprev = t->qnext = NULL;
-    t->queued = 0;
-    fx->queued--;
+    return XXH3_64bits(key, CHUNK_KEY_LEN);
 }
 
-static void q_push(fetcher *fx, fetch_task *t, int front)
+static int pending_eq(const gr__hnode *n, const void *key)
 {
-    fetch_class k = t->cls;
-
-    t->queued = 1;
-    fx->queued++;
-    if (front) {
-        t->qprev = NULL;
-        t->qnext = fx->qhead[k];
-        if (t->qnext)
-            t->qnext->qprev = t;
-        else
-            fx->qtail[k] = t;
-        fx->qhead[k] = t;
-    } else {
-        t->qnext = NULL;
-        t->qprev = fx->qtail[k];
-        if (t->qprev)
-            t->qprev->qnext = t;
-        else
-            fx->qhead[k] = t;
-        fx->qtail[k] = t;
-    }
+    return memcmp(gr__container_of(n, pending, hn)->key, key, CHUNK_KEY_LEN) == 0;
 }
 
-/* Slots prefetch may use: a quarter (at least one) stays free for demand. */
-static unsigned prefetch_slots(const fetcher *fx)
-{
-    unsigned keep = fx->max_inflight / 4;
-
-    if (keep == 0)
-        keep = fx->max_inflight > 1 ? 1 : 0;
-    return fx->max_inflight - keep;
-}
-
-static fetch_task *next_prefetch(fetcher *fx)
-{
-    for (unsigned i = 0; i < RR_LEN; i++) {
-        fetch_class k = rr_order[(fx->rr + i) % RR_LEN];
-        if (fx->qhead[k]) {
-            fx->rr = (unsigned)((fx->rr + i + 1) % RR_LEN);
-            return fx->qhead[k];
-        }
-    }
-    return NULL;
-}
-
-static void dispatch(fetcher *fx)
-{
-    for (;;) {
-        fetch_task *t = NULL;
-        if (fx->running < fx->max_inflight && fx->qhead[FETCH_DEMAND])
-            t = fx->qhead[FETCH_DEMAND];
-        else if (fx->running < prefetch_slots(fx))
-            t = next_prefetch(fx);
-        if (!t)
-            return;
-        q_unlink(fx, t);
-        fx->running++;
-        workers_submit(fx->w, &t->job, t->cls == FETCH_DEMAND ? WQ_DEMAND : WQ_BACKGROUND);
-    }
-}
-
-void fetcher_task_submit(fetcher *fx, fetch_task *t, fetch_class cls)
-{
-    t->cls = cls;
-    q_push(fx, t, 0);
-    dispatch(fx);
-}
-
-void fetcher_task_finished(fetcher *fx, fetch_task *t)
-{
-    if (!t->job.cancelled)
-        fx->running--;
-    dispatch(fx);
-}
-
-void fetcher_set_max_inflight(fetcher *fx, unsigned max_inflight)
-{
-    fx->max_inflight = max_inflight ? max_inflight : 1;
-    dispatch(fx);
-}
-
-void fetcher_drain(fetcher *fx)
-{
-    /* Nothing new starts: done() of a cancelled task must not dispatch. */
-    fx->max_inflight = 0;
-    for (int k = 0; k < FETCH_NCLASSES; k++)
-        while (fx->qhead[k]) {
-            fetch_task *t = fx->qhead[k];
-            q_unlink(fx, t);
-            t->job.cancelled = 1;
-            t->job.done(&t->job);
-        }
-}
-
-/* A client now waits on t: to the front of the demand queue, or ahead of
- * the background jobs if it is queued on the I/O threads already. */
-static void promote(fetcher *fx, fetch_task *t)
-{
-    if (t->cls == FETCH_DEMAND)
-        return;
-    if (t->queued) {
-        q_unlink(fx, t);
-        t->cls = FETCH_DEMAND;
-        q_push(fx, t, 1);
-        dispatch(fx);
-        return;
-    }
-    t->cls = FETCH_DEMAND;
-    workers_promote(fx->w, &t->job);
-}
-
-uint64_t fetcher_writeback_bytes(const fetcher *fx)
-{
-    return fx->wb_bytes;
-}
-
-static size_t pending_bucket(const uint8_t *key)
-{
-    return (size_t)XXH3_64bits(key, CHUNK_KEY_LEN) & (PENDING_BUCKETS - 1);
-}
-
-/* Worker thread: NVMe, then the source.  Touches only p and the immutable
- * parts of p->f. */
+/* Worker thread: each backend in turn until one has the chunk.  Touches
+ * only p and the immutable parts of p->f. */
 static void fetch_run(wq_job *j)
 {
     pending *p = (pending *)j;
-    uint64_t want = srcfile_chunk_len(p->f, p->idx);
-    size_t len = 0;
-    int rc;
+    fetcher *fx = p->fx;
+    backend_req rq = {
+        .key = p->key, .f = p->f, .idx = p->idx, .want = srcfile_chunk_len(p->f, p->idx),
+        .buf = p->c->data, .cap = p->c->cap,
+    };
 
-    if (p->fx->nvme) {
-        rc = nvme_get(p->fx->nvme, p->key, p->c->data, p->c->cap, &len);
-        if (rc == 0 && len == want) {
+    p->from = -1;
+    for (unsigned i = 0; i < fx->nchain; i++) {
+        const backend *b = &fx->chain[i];
+        backend_status st = { 0 };
+        size_t len = 0;
+        backend_result r = b->ops->get(b->self, &rq, &len, &st);
+
+        if (r == BACKEND_OK && len != rq.want) {
+            /* Cannot happen with a sane backend: drop its copy, go on. */
+            if (b->ops->drop)
+                b->ops->drop(b->self, p->key);
+            r = BACKEND_MISS;
+        }
+        if (r == BACKEND_OK) {
+            /* Zero the tail so that an O_DIRECT write of the rounded length
+             * never carries stale bytes to disk. */
+            memset(p->c->data + len, 0, p->c->cap - len);
             p->c->len = (uint32_t)len;
-            p->from = FROM_NVME;
+            p->from = (int)i;
             return;
         }
-        if (rc == 0)                    /* cannot happen with a sane nvme_tier */
-            nvme_delete(p->fx->nvme, p->key);
-        p->nvme_bad = rc == -EBADMSG;
+        if (st.corrupt)
+            p->corrupt |= 1u << i;
+        if (r == BACKEND_FAIL) {
+            p->st = st;
+            return;
+        }
     }
-    rc = source_read_chunk(p->fx->src, p->f, p->idx, p->c->data, &len, p->errmsg,
-                           sizeof(p->errmsg));
-    if (rc < 0) {
-        p->err = rc;
-        return;
+    if (p->st.err == 0) {
+        p->st.err = -ENOENT;
+        snprintf(p->st.msg, sizeof(p->st.msg), "no tier has the chunk");
     }
-    /* Zero the tail so that an O_DIRECT write of the rounded length never
-     * carries stale heap bytes to disk. */
-    memset(p->c->data + len, 0, p->c->cap - len);
-    p->c->len = (uint32_t)len;
-    p->from = FROM_SOURCE;
 }
 
 static void writeback_run(wq_job *j)
 {
     writeback *wb = (writeback *)j;
+    fetcher *fx = wb->fx;
 
-    wb->rc = nvme_put(wb->fx->nvme, wb->c->key, wb->c->data, wb->c->len);
+    /* rc: the first real error, else -ECANCELED if a backend chose not to
+     * keep it, else 0. */
+    wb->rc = 0;
+    for (unsigned i = 0; i < wb->upto; i++) {
+        const backend *b = &fx->chain[i];
+        int rc;
+        if (!b->ops->put)
+            continue;
+        rc = b->ops->put(b->self, wb->c->key, wb->c->data, wb->c->len);
+        if (rc < 0 && (wb->rc == 0 || (wb->rc == -ECANCELED && rc != -ECANCELED)))
+            wb->rc = rc;
+    }
 }
 
 static void writeback_done(wq_job *j)
@@ -316,22 +202,28 @@ static void writeback_done(wq_job *j)
     if (j->cancelled) {
         fx->stats->nvme_writes_skipped++;
     } else if (wb->rc == -ECANCELED) {
-        /* The tier's policy chose not to keep it: counted by the store. */
+        /* The tier's policy chose not to keep it: counted by the tier. */
     } else if (wb->rc == 0) {
         fx->stats->nvme_writes++;
     } else {
         fx->stats->nvme_write_errors++;
-        log_debug("nvme put: %s", strerror(-wb->rc));
+        log_debug("write-behind: %s", strerror(-wb->rc));
     }
     fx->wb_bytes -= wb->c->cap;
     chunk_unref(&wb->c);
     free(wb);
 }
 
-static void writeback_start(fetcher *fx, chunk *c)
+/* Copy c into the backends above the one that had it (index from). */
+static void writeback_start(fetcher *fx, chunk *c, unsigned from)
 {
     writeback *wb;
+    int any = 0;
 
+    for (unsigned i = 0; i < from; i++)
+        any |= fx->chain[i].ops->put != NULL;
+    if (!any)
+        return;
     if (fx->wb_bytes + c->cap > fx->wb_max || !(wb = calloc(1, sizeof(*wb)))) {
         fx->stats->nvme_writes_skipped++;
         return;
@@ -340,43 +232,66 @@ static void writeback_start(fetcher *fx, chunk *c)
     wb->job.done = writeback_done;
     wb->fx = fx;
     wb->c = chunk_ref(c);
+    wb->upto = from;
     fx->wb_bytes += c->cap;
     workers_submit(fx->w, &wb->job, WQ_BACKGROUND);
+}
+
+/* The stats of a chunk that backend kind k provided. */
+static void count_fetch(fetcher *fx, backend_kind k, const chunk *c)
+{
+    switch (k) {
+    case BACKEND_NVME:
+        fx->stats->nvme_promotions++;
+        break;
+    case BACKEND_SOURCE:
+        fx->stats->source_reads++;
+        fx->stats->source_bytes_read += c->len;
+        break;
+    case BACKEND_PEER:
+        break;
+    }
+}
+
+static void count_lookup(fetcher *fx, int found, backend_kind k)
+{
+    if (found && k == BACKEND_NVME)
+        fx->stats->hits_nvme++;
+    else
+        fx->stats->misses++;
 }
 
 static void fetch_done(wq_job *j)
 {
     pending *p = (pending *)j;
     fetcher *fx = p->fx;
-    pending **pp = &fx->buckets[pending_bucket(p->key)];
-    int demand = 0;
+    int demand = 0, found;
+    backend_kind kind = BACKEND_SOURCE;
     waiter *wt;
 
-    fetcher_task_finished(fx, &p->task);
-    while (*pp != p)
-        pp = &(*pp)->hnext;
-    *pp = p->hnext;
+    sched_finished(fx->sc, &p->task);
+    gr__htab_remove(&fx->pending, &p->hn);
     fx->inflight--;
     if (j->cancelled) {
-        p->from = FROM_NONE;
-        p->err = -ECANCELED;
-        snprintf(p->errmsg, sizeof(p->errmsg), "the daemon is shutting down");
+        p->from = -1;
+        p->st.err = -ECANCELED;
+        snprintf(p->st.msg, sizeof(p->st.msg), "the daemon is shutting down");
     }
-    if (p->nvme_bad)
-        fx->stats->nvme_checksum_errors++;
-    if (p->from == FROM_NVME) {
-        fx->stats->nvme_promotions++;
-    } else if (p->from == FROM_SOURCE) {
-        fx->stats->source_reads++;
-        fx->stats->source_bytes_read += p->c->len;
+    for (unsigned i = 0; i < fx->nchain; i++)
+        if ((p->corrupt & (1u << i)) && fx->chain[i].ops->kind == BACKEND_NVME)
+            fx->stats->nvme_checksum_errors++;
+    found = p->from >= 0;
+    if (found) {
+        kind = fx->chain[p->from].ops->kind;
+        count_fetch(fx, kind, p->c);
     } else if (!j->cancelled) {
         fx->stats->source_errors++;
-        log_debug("fetch failed: %s", p->errmsg);
+        log_debug("fetch failed: %s", p->st.msg);
     }
     for (wt = p->waiters; wt; wt = wt->next)
         demand |= wt->demand;
-    if (p->from != FROM_NONE) {
-        if (p->born != FETCH_DEMAND) {
+    if (found) {
+        if (p->born != SCHED_DEMAND) {
             /* Fetched ahead: kept even if the policy would not have
              * admitted it (someone said it will be read), and marked until
              * it is. */
@@ -390,21 +305,17 @@ static void fetch_done(wq_job *j)
     }
     for (wt = p->waiters; wt;) {
         waiter *next = wt->next;
-        if (wt->demand) {
-            if (p->from == FROM_NVME)
-                fx->stats->hits_nvme++;
-            else
-                fx->stats->misses++;
-        }
-        if (p->from == FROM_NONE)
-            wt->cb(wt->arg, NULL, p->err, p->errmsg);
+        if (wt->demand)
+            count_lookup(fx, found, kind);
+        if (!found)
+            wt->cb(wt->arg, NULL, p->st.err, p->st.msg);
         else
             wt->cb(wt->arg, p->c, 0, NULL);
         free(wt);
         wt = next;
     }
-    if (p->from == FROM_SOURCE && fx->nvme)
-        writeback_start(fx, p->c);
+    if (found)
+        writeback_start(fx, p->c, (unsigned)p->from);
     chunk_unref(&p->c);
     srcfile_unref(&p->f);
     free(p);
@@ -413,10 +324,11 @@ static void fetch_done(wq_job *j)
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
 static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
-                       fetch_class cls, int64_t owner, fetch_cb cb, void *arg)
+                       sched_class cls, int64_t owner, fetch_cb cb, void *arg)
 {
-    size_t b = pending_bucket(key);
+    uint64_t h = key_hash(key);
     waiter *wt = NULL;
+    gr__hnode *n;
     pending *p;
 
     if (cb && !(wt = calloc(1, sizeof(*wt)))) {
@@ -426,15 +338,14 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     if (wt) {
         wt->cb = cb;
         wt->arg = arg;
-        wt->demand = cls == FETCH_DEMAND;
+        wt->demand = cls == SCHED_DEMAND;
     }
-    for (p = fx->buckets[b]; p; p = p->hnext)
-        if (memcmp(p->key, key, CHUNK_KEY_LEN) == 0)
-            break;
-    if (p) {
-        if (cls == FETCH_DEMAND) {
+    n = gr__htab_find(&fx->pending, h, pending_eq, key);
+    if (n) {
+        p = gr__container_of(n, pending, hn);
+        if (cls == SCHED_DEMAND) {
             fx->stats->fetch_joins++;
-            promote(fx, &p->task);
+            sched_promote(fx->sc, &p->task);
         }
         if (wt) {
             *p->wtail = wt;
@@ -461,12 +372,11 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     p->idx = idx;
     p->waiters = wt;
     p->wtail = wt ? &wt->next : &p->waiters;
-    p->hnext = fx->buckets[b];
-    fx->buckets[b] = p;
+    gr__htab_insert(&fx->pending, &p->hn, h);
     fx->inflight++;
-    if (cls != FETCH_DEMAND)
+    if (cls != SCHED_DEMAND)
         fx->stats->prefetch_issued++;
-    fetcher_task_submit(fx, &p->task, cls);
+    sched_submit(fx->sc, &p->task, cls);
 }
 
 void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb cb, void *arg)
@@ -491,10 +401,10 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
         chunk_unref(&c);
         return;
     }
-    fetch_join(fx, f, idx, key, FETCH_DEMAND, owner, cb, arg);
+    fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, cb, arg);
 }
 
-void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, fetch_class cls, int64_t owner,
+void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, int64_t owner,
                       fetch_cb cb, void *arg)
 {
     uint8_t key[CHUNK_KEY_LEN];

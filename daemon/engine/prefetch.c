@@ -217,7 +217,7 @@ void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, u
     if (last - first >= RA_MAX_CHUNKS)
         last = first + RA_MAX_CHUNKS - 1;
     for (uint64_t i = first; i <= last; i++) {
-        fetcher_prefetch(p->fx, f, i, FETCH_READAHEAD, owner, NULL, NULL);
+        fetcher_prefetch(p->fx, f, i, SCHED_READAHEAD, owner, NULL, NULL);
         p->stats->readahead_chunks++;
     }
     ra->ra_end = (last + 1) * cs < size ? (last + 1) * cs : size;
@@ -398,7 +398,7 @@ static void pump(hint_list *l)
         r->l = l;
         r->pos = pos;
         l->refs++;
-        fetcher_prefetch(p->fx, e->f, e->idx, FETCH_HINT, (int64_t)l->uid, hint_fetched, r);
+        fetcher_prefetch(p->fx, e->f, e->idx, SCHED_HINT, (int64_t)l->uid, hint_fetched, r);
     }
     l->pumping = 0;
 }

@@ -6,13 +6,13 @@
  * the previous one ended (or at offset 0) is sequential: the window starts
  * at four times the read (at least two chunks), doubles with each further
  * sequential read, and chunks up to the window past the read are fetched
- * (class FETCH_READAHEAD).  The cap on the window adapts: halved while more
+ * (class SCHED_READAHEAD).  The cap on the window adapts: halved while more
  * than a quarter of what was prefetched is evicted unused, doubled back (up
  * to [prefetch] readahead_max) while almost none is; and it never passes an
  * eighth of the DRAM tier.
  *
  * Hints: a hint_list per connection holds the chunks its job will read, in
- * order.  The list is fetched ahead of the job (class FETCH_HINT) until the
+ * order.  The list is fetched ahead of the job (class SCHED_HINT) until the
  * fetched-but-unread bytes reach the window (hint_window, and half of the
  * DRAM tier over all lists); each such chunk is held in DRAM (dram_hold)
  * until a demand lookup of it, from any connection, consumes it.  Entries

@@ -63,6 +63,7 @@ struct wjob {
 struct warmup {
     struct event_base *base;
     fetcher *fx;
+    sched *sc;                  /* its tasks take source slots */
     nvme_tier *nvme;
     source *src;
     gr_stats *stats;
@@ -83,7 +84,7 @@ typedef struct wres {
 } wres;
 
 typedef struct wtask {
-    fetch_task task;            /* first */
+    sched_task task;            /* first */
     wjob *job;
     int list;                   /* a LIST task */
     uint64_t piece_bytes;       /* chunk bytes one piece of a large file covers */
@@ -351,7 +352,7 @@ static void warm_dram(wjob *j, const wpath *p, const wres *r)
     if (!f)
         return;
     for (uint64_t i = 0; i < r->nchunks; i++) {
-        fetcher_prefetch(wu->fx, f, i, FETCH_WARMUP, 0, NULL, NULL);   /* root's segments */
+        fetcher_prefetch(wu->fx, f, i, SCHED_WARMUP, 0, NULL, NULL);   /* root's segments */
         j->chunks_cached++;
         j->bytes += srcfile_chunk_len(f, i);
         wu->stats->warmup_bytes += srcfile_chunk_len(f, i);
@@ -365,7 +366,7 @@ static void task_done(wq_job *job)
     wjob *j = t->job;
     warmup *wu = j->wu;
 
-    fetcher_task_finished(wu->fx, &t->task);
+    sched_finished(wu->sc, &t->task);
     j->active--;
     if (j->state == JOB_RUNNING && !job->cancelled) {
         if (t->list) {
@@ -462,7 +463,7 @@ static int task_start(wjob *j, int list)
     t->task.job.run = task_run;
     t->task.job.done = task_done;
     j->active++;
-    fetcher_task_submit(j->wu->fx, &t->task, FETCH_WARMUP);
+    sched_submit(j->wu->sc, &t->task, SCHED_WARMUP);
     return 0;
 }
 
@@ -688,8 +689,9 @@ out:
     fclose(f);
 }
 
-int warmup_new(struct event_base *base, fetcher *fx, nvme_tier *nvme, source *src, gr_stats *stats,
-               uint64_t chunk_size, const char *state_dir, warmup **out, char *err, size_t errlen)
+int warmup_new(struct event_base *base, fetcher *fx, sched *sc, nvme_tier *nvme, source *src,
+               gr_stats *stats, uint64_t chunk_size, const char *state_dir, warmup **out, char *err,
+               size_t errlen)
 {
     warmup *wu = calloc(1, sizeof(*wu));
     DIR *d;
@@ -699,6 +701,7 @@ int warmup_new(struct event_base *base, fetcher *fx, nvme_tier *nvme, source *sr
         return -ENOMEM;
     wu->base = base;
     wu->fx = fx;
+    wu->sc = sc;
     wu->nvme = nvme;
     wu->src = src;
     wu->stats = stats;

@@ -5,7 +5,7 @@
  * symlinks followed) whose chunks are read from the source into the NVMe
  * tier (into DRAM when there is no NVMe tier).  Chunks the NVMe tier holds
  * already are skipped, so running a job twice costs one lookup per chunk.
- * Work goes out as fetch tasks of class FETCH_WARMUP: the lowest share of
+ * Work goes out as fetch tasks of class SCHED_WARMUP: the lowest share of
  * the source slots, never one kept for demand.  Directory listing and file
  * reading are separate tasks that run in parallel, so listing stays ahead
  * of reading; small files are read in batches per task.
@@ -34,8 +34,8 @@ typedef struct warmup warmup;
  * chunk_size: [source] chunk_size, the largest chunk.  Jobs found in
  * state_dir resume.  0 or -errno with a reason in err; *out is set even
  * then (free it). */
-int warmup_new(struct event_base *base, fetcher *fx, nvme_tier *nvme, source *src, gr_stats *stats,
-               uint64_t chunk_size, const char *state_dir, warmup **out, char *err,
+int warmup_new(struct event_base *base, fetcher *fx, sched *sc, nvme_tier *nvme, source *src,
+               gr_stats *stats, uint64_t chunk_size, const char *state_dir, warmup **out, char *err,
                size_t errlen);
 
 /* Cancel every task not yet started; the job files stay, so jobs resume

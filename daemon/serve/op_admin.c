@@ -28,7 +28,7 @@ typedef struct adminreq {
     int phase;
     char *norm;
     int root;
-    uint8_t (*ids)[SOURCE_ID_LEN];      /* identities of the files covered */
+    uint8_t (*ids)[FILE_ID_LEN];      /* identities of the files covered */
     size_t nids, cap;
     long dram_n, nvme_n;
     int rc;
@@ -36,7 +36,7 @@ typedef struct adminreq {
 } adminreq;
 
 /* source_walk_cb: collect one file's identity. */
-static int admin_collect(void *arg, const uint8_t id[SOURCE_ID_LEN])
+static int admin_collect(void *arg, const uint8_t id[FILE_ID_LEN])
 {
     adminreq *a = arg;
 
@@ -45,13 +45,13 @@ static int admin_collect(void *arg, const uint8_t id[SOURCE_ID_LEN])
         void *p;
         if (n > ADMIN_MAX_FILES)
             return -E2BIG;
-        p = realloc(a->ids, n * SOURCE_ID_LEN);
+        p = realloc(a->ids, n * FILE_ID_LEN);
         if (!p)
             return -ENOMEM;
         a->ids = p;
         a->cap = n;
     }
-    memcpy(a->ids[a->nids++], id, SOURCE_ID_LEN);
+    memcpy(a->ids[a->nids++], id, FILE_ID_LEN);
     return 0;
 }
 

@@ -206,8 +206,8 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_chunks = ds.chunks;
     out->evictions_dram = ds.evictions;
     out->fetches_inflight = fetcher_inflight(s->d.fx);
-    out->source_running = fetcher_running(s->d.fx);
-    out->source_queued = fetcher_queued(s->d.fx);
+    out->source_running = sched_running(s->d.sc);
+    out->source_queued = sched_queued(s->d.sc);
     out->prefetch_wasted = ds.prefetch_wasted;
     out->warmup_jobs_active = warmup_active(s->d.wu);
     prefetcher_snapshot(s->d.pf, out);

@@ -34,6 +34,7 @@ typedef struct server_deps {
     const gr_config *cfg;
     source *src;
     fetcher *fx;
+    sched *sc;                  /* the source slots */
     workers *w;
     dram *dram;
     nvme_tier *nvme;                /* NULL without an NVMe tier */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "backend.h"
 #include "log.h"
 #include "source.h"
 
@@ -306,7 +307,7 @@ int source_stat(source *s, const char *norm, int root, struct stat *st, char *er
 
 /* The chunk size is part of the identity: chunk i of a file means other
  * bytes after chunk_size changes, so such chunks must never be found. */
-static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[SOURCE_ID_LEN])
+static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[FILE_ID_LEN])
 {
     uint64_t v[6] = {
         (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
@@ -316,7 +317,7 @@ static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[SOURC
     XXH128_canonical_t c;
 
     XXH128_canonicalFromHash(&c, h);
-    memcpy(id, c.digest, SOURCE_ID_LEN);
+    memcpy(id, c.digest, FILE_ID_LEN);
 }
 
 static int same_identity(const struct stat *a, const struct stat *b)
@@ -467,7 +468,7 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
 
 /* The identity of an open regular file fd (st filled), as source_install
  * would compute it. */
-static void identify(source *s, int fd, struct stat *st, uint8_t id[SOURCE_ID_LEN])
+static void identify(source *s, int fd, struct stat *st, uint8_t id[FILE_ID_LEN])
 {
     uint32_t stripe = lustre_stripe(s, fd, st->st_dev);
 
@@ -497,7 +498,7 @@ static int walk_dir(source *s, int dfd, int depth, source_walk_cb cb, void *arg)
     }
     while (rc == 0 && (de = readdir(d))) {
         struct stat st;
-        uint8_t id[SOURCE_ID_LEN];
+        uint8_t id[FILE_ID_LEN];
         int fd;
 
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
@@ -526,7 +527,7 @@ int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *
 {
     int fd = open_beneath(s, norm, root, err, errlen);
     struct stat st;
-    uint8_t id[SOURCE_ID_LEN];
+    uint8_t id[FILE_ID_LEN];
     int rc;
 
     if (fd < 0)
@@ -697,4 +698,27 @@ void srcfile_unref(srcfile **fp)
         free(f->path);
         free(f);
     }
+}
+
+/* ---- as the last backend of the fetch engine ---- */
+
+static backend_result sb_get(void *self, const backend_req *rq, size_t *len, backend_status *st)
+{
+    int rc = source_read_chunk(self, rq->f, rq->idx, rq->buf, len, st->msg, sizeof(st->msg));
+
+    if (rc < 0) {
+        st->err = rc;
+        return BACKEND_FAIL;        /* nothing below the source */
+    }
+    return BACKEND_OK;
+}
+
+static const backend_ops source_backend_ops = {
+    .name = "source", .kind = BACKEND_SOURCE, .get = sb_get,
+};
+
+void source_backend(source *s, backend *out)
+{
+    out->ops = &source_backend_ops;
+    out->self = s;
 }

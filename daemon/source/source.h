@@ -19,6 +19,8 @@
 #ifndef GR_SOURCE_H
 #define GR_SOURCE_H
 
+#include "ids.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -27,7 +29,6 @@
 #include "htab.h"
 #include "list.h"
 
-#define SOURCE_ID_LEN 16
 
 typedef struct source source;
 
@@ -36,7 +37,7 @@ struct srcfile {
     unsigned refs;              /* loop thread only; the attr cache holds one */
     char *path;                 /* normalised absolute path (owned) */
     int root;                   /* index into the configured roots */
-    uint8_t id[SOURCE_ID_LEN];  /* identity, see above */
+    uint8_t id[FILE_ID_LEN];  /* identity, see above */
     struct stat st;             /* attributes when identified */
     uint32_t chunk_size;        /* bytes per chunk for this file */
     double checked_at;          /* monotonic time of the stat */
@@ -76,6 +77,13 @@ int source_stat(source *s, const char *norm, int root, struct stat *st,
 int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size_t *len,
                       char *err, size_t errlen);
 
+/* The source as the last backend of the fetch engine (backend.h): get is
+ * source_read_chunk, and its errors are final (BACKEND_FAIL).  s is
+ * borrowed.  (Declared in backend.h's terms; source.h itself does not
+ * depend on the engine.) */
+struct backend;
+void source_backend(source *s, struct backend *out);
+
 /* Loop thread: the cached srcfile for norm if its attributes are younger
  * than attr_ttl at time now (monotonic seconds), with a new reference; else
  * NULL. */
@@ -93,7 +101,7 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
  * its root like every source access.  Returns 0, the first non-zero value
  * cb returned, or -errno with a reason in err.
  */
-typedef int (*source_walk_cb)(void *arg, const uint8_t id[SOURCE_ID_LEN]);
+typedef int (*source_walk_cb)(void *arg, const uint8_t id[FILE_ID_LEN]);
 int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *arg,
                 char *err, size_t errlen);
 
@@ -109,7 +117,7 @@ int source_walk(source *s, const char *norm, int root, source_walk_cb cb, void *
 typedef struct source_file {
     int fd;
     struct stat st;
-    uint8_t id[SOURCE_ID_LEN];
+    uint8_t id[FILE_ID_LEN];
     uint32_t chunk_size;
 } source_file;
 int source_open_file(source *s, const char *norm, int root, source_file *out, char *err,

@@ -420,7 +420,7 @@ long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
     return n;
 }
 
-long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n)
+long dram_drop_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n)
 {
     idset batch = { NULL, 0, 0 };
     long dropped = 0;
@@ -445,7 +445,7 @@ long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n)
     return dropped;
 }
 
-long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
+long dram_pin_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pinned)
 {
     idset batch = { NULL, 0, 0 };
     long held = 0;

@@ -25,6 +25,8 @@
 #ifndef GR_CACHE_H
 #define GR_CACHE_H
 
+#include "ids.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +34,6 @@
 #include "idset.h"
 #include "policy.h"
 
-#define CHUNK_KEY_LEN 24    /* file id (16) + big-endian chunk index (8) */
 
 typedef struct chunk chunk;
 struct chunk {
@@ -126,13 +127,13 @@ long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen);
 
 /* Drop every chunk of the n files ids (16-byte file ids, the keys'
  * prefix).  One pass over the tier.  Returns how many chunks. */
-long dram_drop_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n);
+long dram_drop_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n);
 
 /* Pin (pinned != 0) or unpin the chunks of the n files ids, those held now
  * and those cached later: pinned chunks are never evicted.  Pins last until
  * dram_free.  One pass over the tier.  Returns the number of chunks held
  * now of those files, or -ENOMEM. */
-long dram_pin_files(dram *d, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned);
+long dram_pin_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pinned);
 
 /*
  * Hold c in the tier (a hinted chunk not yet read): pinned while it has a

@@ -139,17 +139,17 @@ int nvme__class_for(const nvme_tier *s, uint64_t alen)
 
 /* ---- hash table and policy (all _locked) ---- */
 
-static st_entry **st_bucket_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
+static st_entry **st_bucket_locked(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
     return &s->tab[st_hash(key) & s->tabmask];
 }
 
-st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
+st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
     st_entry *e;
 
     for (e = *st_bucket_locked(s, key); e; e = e->hnext)
-        if (memcmp(e->key, key, NVME_KEY_LEN) == 0)
+        if (memcmp(e->key, key, CHUNK_KEY_LEN) == 0)
             return e;
     return NULL;
 }
@@ -521,7 +521,7 @@ static void st_unref(nvme_tier *s, st_entry *e, uint64_t *ctr)
         st_release(s, e);
 }
 
-static pthread_mutex_t *st_stripe(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
+static pthread_mutex_t *st_stripe(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
     return &s->stripes[st_hash(key) % ST_STRIPES];
 }
@@ -750,7 +750,7 @@ static int st_read_entry(nvme_tier *s, st_entry *e, void *buf)
     return rc;
 }
 
-int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t cap, size_t *len)
+int nvme_get(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], void *buf, size_t cap, size_t *len)
 {
     if ((uintptr_t)buf % NVME_ALIGN)
         return -EINVAL;
@@ -797,7 +797,7 @@ int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t ca
 }
 
 /* Write the chunk's record; for an inline chunk the bytes follow it. */
-static int st_db_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const st_rec *r, const void *data)
+static int st_db_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const st_rec *r, const void *data)
 {
     uint8_t k[ST_DBKEY_LEN], hdr[ST_REC_HDR];
     char *err = NULL;
@@ -841,7 +841,7 @@ static int st_write_slot(nvme_tier *s, st_class *c, uint32_t slot, const void *d
     return rc;
 }
 
-int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, size_t len)
+int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, size_t len)
 {
     int inl = len <= s->inline_max, ci = -1, rc;
     uint64_t alen = inl ? 0 : st_round(len);
@@ -867,7 +867,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, si
         rc = -ENOMEM;
         goto out;
     }
-    memcpy(e->key, key, NVME_KEY_LEN);
+    memcpy(e->key, key, CHUNK_KEY_LEN);
     e->len = (uint32_t)len;
     e->cls = inl ? ST_INLINE : (uint8_t)ci;
     e->refs = 1;
@@ -979,7 +979,7 @@ out:
     return rc;
 }
 
-int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
+int nvme_contains(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
     int found;
 
@@ -989,7 +989,7 @@ int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
     return found;
 }
 
-int nvme_delete(nvme_tier *s, const uint8_t key[NVME_KEY_LEN])
+int nvme_delete(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
     st_entry *e;
 
@@ -1068,7 +1068,7 @@ long nvme_drop_prefix(nvme_tier *s, const uint8_t *prefix, size_t plen)
 {
     st_prefix pf = { prefix, plen };
 
-    if (plen > NVME_KEY_LEN)
+    if (plen > CHUNK_KEY_LEN)
         return 0;
     return st_drop_matching(s, st_match_prefix, &pf);
 }
@@ -1088,7 +1088,7 @@ long nvme_drop_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n)
     return dropped;
 }
 
-long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[IDSET_ID_LEN], size_t n, int pinned)
+long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pinned)
 {
     idset batch = { NULL, 0, 0 };
     long held = 0;
@@ -1351,4 +1351,35 @@ void nvme_close(nvme_tier **sp)
     free(s->path);
     free(s);
     *sp = NULL;
+}
+
+/* ---- as a backend of the fetch engine ---- */
+
+static backend_result nb_get(void *self, const backend_req *rq, size_t *len, backend_status *st)
+{
+    int rc = nvme_get(self, rq->key, rq->buf, rq->cap, len);
+
+    if (rc == 0)
+        return BACKEND_OK;
+    st->corrupt = rc == -EBADMSG;   /* dropped by nvme_get; counted by the fetcher */
+    return BACKEND_MISS;            /* absent, corrupt, the device failing: the next tier */
+}
+
+static int nb_put(void *self, const uint8_t *key, const void *buf, size_t len)
+{
+    return nvme_put(self, key, buf, len);
+}
+
+static void nb_drop(void *self, const uint8_t *key)
+{
+    nvme_delete(self, key);
+}
+
+static const backend_ops nvme_backend_ops = {
+    .name = "nvme", .kind = BACKEND_NVME, .get = nb_get, .put = nb_put, .drop = nb_drop,
+};
+
+backend nvme_backend(nvme_tier *s)
+{
+    return (backend){ &nvme_backend_ops, s };
 }

@@ -22,10 +22,12 @@
 #ifndef GR_STORE_H
 #define GR_STORE_H
 
+#include "backend.h"
+#include "ids.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
-#define NVME_KEY_LEN 24
 #define NVME_ALIGN 4096        /* buffer alignment for store_get/store_put */
 
 typedef struct nvme_tier nvme_tier;
@@ -106,7 +108,7 @@ void nvme_close(nvme_tier **s);
  * becomes the most recently used).  A miss does not: the policy sees it
  * when the caller puts the key.
  */
-int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t cap, size_t *len);
+int nvme_get(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], void *buf, size_t cap, size_t *len);
 
 /*
  * Store len bytes under key, replacing any previous value.  A key not
@@ -122,13 +124,13 @@ int nvme_get(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], void *buf, size_t ca
  * half-stored: the index never points at unwritten bytes), -ENODEV (the
  * tier is offline or full, see NVME_STATE_*: nothing was tried).
  */
-int nvme_put(nvme_tier *s, const uint8_t key[NVME_KEY_LEN], const void *data, size_t len);
+int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, size_t len);
 
 /* Whether key is cached, without touching its recency.  1, 0. */
-int nvme_contains(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
+int nvme_contains(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Drop key.  0, or -ENOENT if it was not cached. */
-int nvme_delete(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
+int nvme_delete(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix.
  * Returns the number dropped. */
@@ -150,6 +152,11 @@ long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n, int pinned
 /* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
  * 0, -EINVAL (unknown name), -ENOMEM. */
 int nvme_set_policy(nvme_tier *s, const char *policy_name);
+
+/* The tier as a backend of the fetch engine (backend.h): get is nvme_get
+ * (a checksum failure is a corrupt miss, the entry dropped), put is
+ * nvme_put.  s is borrowed. */
+backend nvme_backend(nvme_tier *s);
 
 /* Snapshot of the counters and gauges, as of the tier's last operation.
  * Never waits for the tier's lock, so the event loop may call it (the one

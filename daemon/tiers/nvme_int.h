@@ -27,7 +27,7 @@
 #define ST_KIND_SLOT     1
 #define ST_PFX_ATIME     'A'
 #define ST_PFX_CHUNK     'C'
-#define ST_DBKEY_LEN     (1 + NVME_KEY_LEN)
+#define ST_DBKEY_LEN     (1 + CHUNK_KEY_LEN)
 #define ST_INLINE        0xff                   /* st_entry.cls of an inline chunk */
 
 /* SST bytes per entry beyond key and value: internal key trailer (8),
@@ -45,7 +45,7 @@
 #define ST_STRIPES       64
 
 typedef struct st_entry {
-    uint8_t key[NVME_KEY_LEN];
+    uint8_t key[CHUNK_KEY_LEN];
     struct st_entry *hnext;             /* hash chain */
     policy_node pn;                     /* in s->pol while in the table (after open) */
     uint64_t csum;                      /* XXH3-64 of the chunk bytes */
@@ -143,15 +143,15 @@ static inline uint64_t st_get64(const uint8_t *p)
     return v;
 }
 
-static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[NVME_KEY_LEN])
+static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[CHUNK_KEY_LEN])
 {
     out[0] = (uint8_t)pfx;
-    memcpy(out + 1, key, NVME_KEY_LEN);
+    memcpy(out + 1, key, CHUNK_KEY_LEN);
 }
 
-static inline uint64_t st_hash(const uint8_t key[NVME_KEY_LEN])
+static inline uint64_t st_hash(const uint8_t key[CHUNK_KEY_LEN])
 {
-    return XXH3_64bits(key, NVME_KEY_LEN);
+    return XXH3_64bits(key, CHUNK_KEY_LEN);
 }
 
 static inline int st_is_inline(const st_entry *e)
@@ -208,7 +208,7 @@ int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r);
 int nvme__class_for(const nvme_tier *s, uint64_t alen);
 
 /* The live entry of key, or NULL.  Valid while the lock is held. */
-st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[NVME_KEY_LEN]);
+st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN]);
 
 /* Link a new entry (key not present) into the table, without the policy:
  * store_put inserts it there at once, store_open once all are loaded

@@ -288,7 +288,7 @@ static st_entry *st_load_record(nvme_tier *s, const uint8_t *k, const uint8_t *v
     }
     if (!(e = calloc(1, sizeof(*e))))
         return NULL;
-    memcpy(e->key, k + 1, NVME_KEY_LEN);
+    memcpy(e->key, k + 1, CHUNK_KEY_LEN);
     e->cls = ci < 0 ? ST_INLINE : (uint8_t)ci;
     e->slot = (uint32_t)r.slot;
     e->len = (uint32_t)r.len;
@@ -299,7 +299,7 @@ static st_entry *st_load_record(nvme_tier *s, const uint8_t *k, const uint8_t *v
 }
 
 typedef struct st_arec_time {
-    uint8_t key[NVME_KEY_LEN];
+    uint8_t key[CHUNK_KEY_LEN];
     uint64_t atime;
 } st_arec_time;
 
@@ -347,7 +347,7 @@ static int st_load_index(nvme_tier *s, st_dels *d, char *err, size_t errlen)
                 at = na;
                 cat = nc;
             }
-            memcpy(at[nat].key, k + 1, NVME_KEY_LEN);
+            memcpy(at[nat].key, k + 1, CHUNK_KEY_LEN);
             at[nat++].atime = st_get64(v);
             continue;
         }
