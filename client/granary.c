@@ -1095,40 +1095,82 @@ void gr_ref_release(gr_ref *r)
     free(r);
 }
 
-int gr_admin(gr_client *c, int cmd, const char *arg, char **text)
+int gr_admin(gr_client *c, int cmd, const gr_field *args, size_t nargs, gr_field **out,
+             size_t *nout)
 {
-    size_t len = arg ? strlen(arg) : 0, cap = PROTO_HDR_LEN + 1 + len;
-    uint8_t *req = malloc(cap);
+    size_t cap = PROTO_MAX_BODY, off = 0, nf = 0, strbytes = 0, namebytes = 0;
+    uint8_t *body = malloc(cap), *req = malloc(PROTO_MAX_MSG);
     proto_msg m;
+    proto_rec r;
+    gr_field *f;
+    char *sp;
     uint32_t id;
     ssize_t n;
-    int ret = -1;
+    int ret = -1, rc = 0;
 
-    *text = NULL;
-    if (!req) {
+    *out = NULL;
+    *nout = 0;
+    if (!body || !req) {
+        free(body);
+        free(req);
         errno = ENOMEM;
         return -1;
     }
+    for (size_t i = 0; i < nargs && rc == 0; i++)
+        rc = args[i].is_text
+                 ? proto_rec_str(body, cap - 1, &off, args[i].name, args[i].text, args[i].len)
+                 : proto_rec_u64(body, cap - 1, &off, args[i].name, args[i].num);
     pthread_mutex_lock(&c->lock);
+    if (rc < 0) {
+        fail(c, rc == -EMSGSIZE ? -E2BIG : -EINVAL);
+        goto out;
+    }
     id = take_id(c);
-    n = proto_enc_admin(req, cap, id, (uint8_t)cmd, arg, len);
+    n = proto_enc_admin(req, PROTO_MAX_MSG, id, (uint8_t)cmd, body, off);
     if (n < 0) {
-        fail(c, cmd == GR_ADMIN_WARMUP ? -E2BIG : len > PROTO_MAX_PATH ? -ENAMETOOLONG : -EINVAL);
+        fail(c, -EINVAL);
         goto out;
     }
     if (call_ok(c, req, (size_t)n, id, PROTO_OP_ADMIN, &m) < 0)
         goto out;
-    *text = malloc(m.u.data.len + 1);
-    if (!*text) {
+    /* One block: the fields, then their names and texts NUL-terminated. */
+    off = 0;
+    while (proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r) == 1) {
+        nf++;
+        namebytes += r.name_len + 1;
+        strbytes += r.kind == PROTO_REC_STR ? r.len + 1 : 0;
+    }
+    f = malloc(nf * sizeof(*f) + namebytes + strbytes + 1);
+    if (!f) {
         fail(c, -ENOMEM);
         goto out;
     }
-    memcpy(*text, m.u.data.p, m.u.data.len);
-    (*text)[m.u.data.len] = '\0';
+    sp = (char *)(f + nf);
+    off = 0;
+    for (size_t i = 0; proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r) == 1; i++) {
+        memcpy(sp, r.name, r.name_len);
+        sp[r.name_len] = '\0';
+        f[i].name = sp;
+        sp += r.name_len + 1;
+        f[i].is_text = r.kind == PROTO_REC_STR;
+        f[i].num = r.u64;
+        f[i].text = NULL;
+        f[i].len = 0;
+        if (f[i].is_text) {
+            memcpy(sp, r.str, r.len);
+            sp[r.len] = '\0';
+            f[i].text = sp;
+            f[i].len = r.len;
+            sp += r.len + 1;
+        }
+    }
+    *out = f;
+    *nout = nf;
     c->errtext[0] = '\0';
     ret = 0;
 out:
     pthread_mutex_unlock(&c->lock);
+    free(body);
     free(req);
     return ret;
 }
@@ -1226,20 +1268,20 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
     if (ret < 0)
         goto out;
     for (;;) {
-        const char *name;
-        size_t nlen;
-        uint64_t v;
+        proto_rec r;
         char nbuf[256];
-        rc = proto_stats_next(m.u.data.p, m.u.data.len, &off, &name, &nlen, &v);
+        rc = proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r);
         if (rc < 0) {
             ret = fail(c, rc);
             break;
         }
         if (rc == 0)
             break;
-        memcpy(nbuf, name, nlen);
-        nbuf[nlen] = '\0';
-        if (cb(arg, nbuf, v))
+        if (r.kind != PROTO_REC_U64)
+            continue;           /* counters are numbers; skip what we do not know */
+        memcpy(nbuf, r.name, r.name_len);
+        nbuf[r.name_len] = '\0';
+        if (cb(arg, nbuf, r.u64))
             break;
     }
 out:

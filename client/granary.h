@@ -148,31 +148,43 @@ int gr_hint_clear(gr_client *c);
 int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg);
 
 /*
- * Operator commands (what granaryctl uses).  cmd is a GR_ADMIN_* value; arg
- * the file's path for the first four, NULL for health and config, see below
- * for warmup.  On success *text is
- * the daemon's answer, NUL-terminated, malloc'd (the caller frees it).
+ * Operator commands (what granaryctl uses), with typed fields both ways:
+ * args (nargs of them, may be NULL when 0) are the request's, *out gets
+ * the reply's (*nout of them, in the daemon's order; a malloc'd array,
+ * its strings NUL-terminated and inside it: free it with free()).  The
+ * fields of each command are in proto/PROTOCOL.md (ADMIN); in short:
+ *   EVICT, INVALIDATE, PIN, UNPIN   "path" -> "files", "dram_chunks", "nvme_chunks"
+ *   HEALTH                          none -> "healthy" (1/0), "reason" if not, figures
+ *   CONFIG                          none -> "config": the running configuration, INI
+ *   WARMUP          "job" (0: a new one), "seal" (1: no more paths will come),
+ *                   "bw" (bytes/s, 0: unlimited), "path"... -> "job"
+ *   WARMUP_STATUS                   none -> per job "job", "state", "files", ...
+ *   WARMUP_CANCEL                   "job" -> "job"
  * Returns 0, or -1 with errno: EPERM when the caller is neither root nor in
- * the daemon's [daemon] admin_group (evict, invalidate, pin, unpin only),
- * or the file's error.
+ * the daemon's [daemon] admin_group (every command but HEALTH, CONFIG and
+ * WARMUP_STATUS), E2BIG when the arguments do not fit one message, or the
+ * file's error; gr_strerror_last says why.
  */
 #define GR_ADMIN_EVICT      1   /* drop the file's cached chunks */
 #define GR_ADMIN_INVALIDATE 2   /* drop them and forget its attributes */
 #define GR_ADMIN_PIN        3   /* never evict its chunks (until unpin or restart) */
 #define GR_ADMIN_UNPIN      4
-#define GR_ADMIN_HEALTH     5   /* "ok: ..." or "unhealthy: reason" */
-#define GR_ADMIN_CONFIG     6   /* the running configuration, INI */
-/* Warmup (granaryctl warmup).  GR_ADMIN_WARMUP's arg is a first line
- * "id=N seal=0|1 bw=BYTES" (id 0 starts a job; seal=1: no more paths will
- * follow; bw: bytes per second, 0 unlimited) and then one path per line, up
- * to 128 KiB in all (E2BIG beyond); *text is the job's id.  Admin only.
- * GR_ADMIN_WARMUP_STATUS (anyone): one line per job of key=value fields
- * (id state files failed bytes chunks_cached chunks_skipped queued dirs
- * elapsed sealed [error]).  GR_ADMIN_WARMUP_CANCEL: arg is the id; admin. */
+#define GR_ADMIN_HEALTH     5
+#define GR_ADMIN_CONFIG     6
 #define GR_ADMIN_WARMUP        7
 #define GR_ADMIN_WARMUP_STATUS 8
 #define GR_ADMIN_WARMUP_CANCEL 9
-int gr_admin(gr_client *c, int cmd, const char *arg, char **text);
+
+typedef struct gr_field {
+    const char *name;           /* NUL-terminated */
+    int is_text;                /* 0: num holds the value; 1: text (len bytes + NUL) */
+    uint64_t num;
+    const char *text;
+    size_t len;
+} gr_field;
+
+int gr_admin(gr_client *c, int cmd, const gr_field *args, size_t nargs, gr_field **out,
+             size_t *nout);
 
 /* The one-line reason for the last failed call on c ("" if none).  The
  * string lives until the next call on c.  With c NULL: why the calling

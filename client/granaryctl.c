@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "size.h"
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -169,11 +170,63 @@ static int cmd_stats(int argc, char **argv)
     return rc;
 }
 
-/* health, config: one call, the daemon's text on stdout. */
+/* The value of the number field name in f[0..n), 0 if absent. */
+static uint64_t fnum(const gr_field *f, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!f[i].is_text && !strcmp(f[i].name, name))
+            return f[i].num;
+    return 0;
+}
+
+/* The text field name, NULL if absent. */
+static const char *ftext(const gr_field *f, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, name))
+            return f[i].text;
+    return NULL;
+}
+
+static gr_field num_field(const char *name, uint64_t v)
+{
+    return (gr_field){ .name = name, .num = v };
+}
+
+static gr_field text_field(const char *name, const char *text)
+{
+    return (gr_field){ .name = name, .is_text = 1, .text = text, .len = strlen(text) };
+}
+
+/* HEALTH's fields as one line, like "ok: 1 source roots readable, dram 3% used". */
+static void print_health(const gr_field *f, size_t n)
+{
+    const char *reason = ftext(f, n, "reason");
+    const char *nvme = ftext(f, n, "nvme_state");
+
+    if (!fnum(f, n, "healthy")) {
+        printf("unhealthy: %s\n", reason ? reason : "(no reason given)");
+        return;
+    }
+    printf("ok: %" PRIu64 " source roots readable, dram %" PRIu64 "%% used", fnum(f, n, "roots"),
+           fnum(f, n, "dram_used_pct"));
+    if (!nvme) {
+        printf(", no nvme tier\n");
+        return;
+    }
+    printf(", nvme %" PRIu64 "%% used", fnum(f, n, "nvme_used_pct"));
+    if (fnum(f, n, "nvme_io_errors") || fnum(f, n, "nvme_checksum_errors"))
+        printf(" (%" PRIu64 " I/O errors, %" PRIu64 " checksum errors so far)",
+               fnum(f, n, "nvme_io_errors"), fnum(f, n, "nvme_checksum_errors"));
+    printf("\n");
+}
+
+/* health, config: one call, the answer on stdout. */
 static int cmd_text(int argc, char **argv, int cmd)
 {
     gr_client *c;
-    char *text;
+    gr_field *f;
+    size_t n;
     int rc = 0;
 
     if (argc > 1) {
@@ -185,14 +238,19 @@ static int cmd_text(int argc, char **argv, int cmd)
         return 0;
     }
     c = connect_or_die();
-    if (gr_admin(c, cmd, NULL, &text) < 0) {
+    if (gr_admin(c, cmd, NULL, 0, &f, &n) < 0) {
         fprintf(stderr, "granaryctl: %s: %s\n", argv[0], gr_strerror_last(c));
         rc = EXIT_FAIL;
     } else {
-        fputs(text, stdout);
-        if (cmd == GR_ADMIN_HEALTH && strncmp(text, "ok", 2) != 0)
-            rc = EXIT_FAIL;
-        free(text);
+        if (cmd == GR_ADMIN_HEALTH) {
+            print_health(f, n);
+            if (!fnum(f, n, "healthy"))
+                rc = EXIT_FAIL;
+        } else {
+            const char *t = ftext(f, n, "config");
+            fputs(t ? t : "", stdout);
+        }
+        free(f);
     }
     gr_disconnect(c);
     return rc;
@@ -202,6 +260,8 @@ static int cmd_text(int argc, char **argv, int cmd)
  * failure. */
 static int cmd_path_admin(int argc, char **argv, int cmd)
 {
+    const char *verb = cmd == GR_ADMIN_PIN ? "pinned" : cmd == GR_ADMIN_UNPIN ? "unpinned"
+                     : cmd == GR_ADMIN_EVICT ? "evicted" : "invalidated";
     gr_client *c;
     int rc = 0;
 
@@ -211,14 +271,18 @@ static int cmd_path_admin(int argc, char **argv, int cmd)
     }
     c = connect_or_die();
     for (int i = 1; i < argc && rc == 0; i++) {
-        char *text;
-        if (gr_admin(c, cmd, argv[i], &text) < 0) {
+        gr_field arg = text_field("path", argv[i]), *f;
+        size_t n;
+        if (gr_admin(c, cmd, &arg, 1, &f, &n) < 0) {
             int e = errno;
             fprintf(stderr, "granaryctl: %s %s: %s\n", argv[0], argv[i], gr_strerror_last(c));
             rc = e == EPERM ? EXIT_DENIED : EXIT_FAIL;
         } else {
-            printf("%s: %s", argv[i], text);
-            free(text);
+            printf("%s: %s: %" PRIu64 " files, %" PRIu64 " chunks in dram, %" PRIu64
+                   " on nvme%s\n", argv[i], verb, fnum(f, n, "files"), fnum(f, n, "dram_chunks"),
+                   fnum(f, n, "nvme_chunks"),
+                   cmd == GR_ADMIN_PIN ? " (and their chunks cached from now on)" : "");
+            free(f);
         }
     }
     gr_disconnect(c);
@@ -227,29 +291,23 @@ static int cmd_path_admin(int argc, char **argv, int cmd)
 
 /* ---- warmup ---- */
 
-#define WARMUP_BATCH (120u << 10)       /* path bytes per message (the limit is 128K) */
+#define WARMUP_BATCH (120u << 10)       /* path bytes per message (a message is 128K) */
 
-/* A size with an optional K/M/G/T suffix (powers of 1024); 0 if malformed. */
+/* A rate: a size (common/size.h: 200M, 1GiB) with an optional "/s"; 0 if
+ * malformed. */
 static uint64_t parse_rate(const char *s)
 {
-    char *end;
-    double v = strtod(s, &end);
-    int shift = 0;
+    char buf[64];
+    size_t n = strlen(s);
+    uint64_t v;
 
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (!strcmp(end, "/s"))
-        end += 2;
-    if (end == s || *end || v <= 0)
+    if (n >= 2 && !strcmp(s + n - 2, "/s"))
+        n -= 2;
+    if (n == 0 || n >= sizeof(buf))
         return 0;
-    return (uint64_t)(v * (double)(1ull << shift));
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return gr__size_parse(buf, &v) == 0 ? v : 0;
 }
 
 static void human(char *buf, size_t len, double bytes)
@@ -264,40 +322,48 @@ static void human(char *buf, size_t len, double bytes)
     snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", bytes, u[i]);
 }
 
-/* The batch being built: "id=N seal=S bw=B\n" then paths. */
+/* The batch of paths being built for one WARMUP message. */
 typedef struct wbatch {
     gr_client *c;
-    unsigned long id;
+    uint64_t id;
     uint64_t bw;
-    char *buf;
-    size_t len, npaths;
+    char **paths;
+    size_t n, cap, bytes, npaths;
     int rc;
 } wbatch;
 
+static void wbatch_clear(wbatch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->paths[i]);
+    b->n = 0;
+    b->bytes = 0;
+}
+
 static int wbatch_send(wbatch *b, int seal)
 {
-    char head[96], *text;
-    size_t hl = (size_t)snprintf(head, sizeof(head), "id=%lu seal=%d bw=%" PRIu64 "\n", b->id,
-                                 seal, b->bw);
-    char *msg = malloc(hl + b->len + 1);
+    gr_field *args = calloc(b->n + 3, sizeof(*args)), *f;
+    size_t n;
 
-    if (!msg) {
+    if (!args) {
         fprintf(stderr, "granaryctl: warmup: out of memory\n");
         return b->rc = EXIT_FAIL;
     }
-    memcpy(msg, head, hl);
-    memcpy(msg + hl, b->buf, b->len);
-    msg[hl + b->len] = '\0';
-    if (gr_admin(b->c, GR_ADMIN_WARMUP, msg, &text) < 0) {
+    args[0] = num_field("job", b->id);
+    args[1] = num_field("seal", (uint64_t)seal);
+    args[2] = num_field("bw", b->bw);
+    for (size_t i = 0; i < b->n; i++)
+        args[3 + i] = text_field("path", b->paths[i]);
+    if (gr_admin(b->c, GR_ADMIN_WARMUP, args, b->n + 3, &f, &n) < 0) {
         int e = errno;
         fprintf(stderr, "granaryctl: warmup: %s\n", gr_strerror_last(b->c));
-        free(msg);
+        free(args);
         return b->rc = e == EPERM ? EXIT_DENIED : EXIT_FAIL;
     }
-    free(msg);
-    b->id = strtoul(text, NULL, 10);
-    free(text);
-    b->len = 0;
+    free(args);
+    b->id = fnum(f, n, "job");
+    free(f);
+    wbatch_clear(b);
     return 0;
 }
 
@@ -308,10 +374,6 @@ static int wbatch_add(wbatch *b, const char *path)
 
     if (b->rc)
         return b->rc;
-    if (strchr(path, '\n')) {
-        fprintf(stderr, "granaryctl: warmup: a path with a newline cannot be warmed: %s\n", path);
-        return b->rc = EXIT_FAIL;
-    }
     if (path[0] != '/') {
         char cwd[4096];
         if (!getcwd(cwd, sizeof(cwd)) ||
@@ -322,110 +384,145 @@ static int wbatch_add(wbatch *b, const char *path)
         path = abs;
     }
     n = strlen(path);
-    if (b->len + n + 1 > WARMUP_BATCH && wbatch_send(b, 0))
+    if (b->bytes + n + 16 > WARMUP_BATCH && wbatch_send(b, 0))
         return b->rc;
-    memcpy(b->buf + b->len, path, n);
-    b->buf[b->len + n] = '\n';
-    b->len += n + 1;
+    if (b->n == b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 256;
+        char **np = realloc(b->paths, nc * sizeof(*np));
+        if (!np)
+            return b->rc = EXIT_FAIL;
+        b->paths = np;
+        b->cap = nc;
+    }
+    if (!(b->paths[b->n] = strdup(path)))
+        return b->rc = EXIT_FAIL;
+    b->n++;
+    b->bytes += n + 16;
     b->npaths++;
     return 0;
 }
 
-/* The value of key in a status line ("key=value ..."), 0 if absent. */
-static uint64_t field_u64(const char *line, const char *key)
-{
-    size_t kl = strlen(key);
+/* One job of a WARMUP_STATUS reply. */
+typedef struct jobinfo {
+    uint64_t id, files, failed, bytes, cached, skipped, queued, elapsed_ms;
+    char state[16];
+    const char *error;
+} jobinfo;
 
-    for (const char *p = line; p && *p; p = strchr(p, ' ')) {
-        while (*p == ' ')
-            p++;
-        if (!strncmp(p, key, kl) && p[kl] == '=')
-            return strtoull(p + kl + 1, NULL, 10);
+/* The jobs of a status reply's fields: each "job" starts one.  The
+ * count, at most max filled into out (their error strings point into f). */
+static size_t status_jobs(const gr_field *f, size_t n, jobinfo *out, size_t max)
+{
+    size_t k = 0;
+    jobinfo *j = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(f[i].name, "job")) {
+            j = k < max ? &out[k] : NULL;
+            k++;
+            if (j) {
+                memset(j, 0, sizeof(*j));
+                j->id = f[i].num;
+            }
+            continue;
+        }
+        if (!j)
+            continue;
+        if (!strcmp(f[i].name, "state") && f[i].is_text)
+            snprintf(j->state, sizeof(j->state), "%s", f[i].text);
+        else if (!strcmp(f[i].name, "error") && f[i].is_text)
+            j->error = f[i].text;
+        else if (!strcmp(f[i].name, "files"))
+            j->files = f[i].num;
+        else if (!strcmp(f[i].name, "failed"))
+            j->failed = f[i].num;
+        else if (!strcmp(f[i].name, "bytes"))
+            j->bytes = f[i].num;
+        else if (!strcmp(f[i].name, "chunks_cached"))
+            j->cached = f[i].num;
+        else if (!strcmp(f[i].name, "chunks_skipped"))
+            j->skipped = f[i].num;
+        else if (!strcmp(f[i].name, "queued"))
+            j->queued = f[i].num;
+        else if (!strcmp(f[i].name, "elapsed_ms"))
+            j->elapsed_ms = f[i].num;
     }
-    return 0;
+    return k;
 }
 
-static double field_f(const char *line, const char *key)
+/* Job id's status into *out (error copied into errbuf): 1 found, 0 not,
+ * -1 on error. */
+static int job_status(gr_client *c, uint64_t id, jobinfo *out, char *errbuf, size_t errlen)
 {
-    const char *p = strstr(line, key);
+    jobinfo jobs[256];
+    gr_field *f;
+    size_t n, k;
+    int found = 0;
 
-    return p ? strtod(p + strlen(key) + 1, NULL) : 0.0;
-}
-
-/* Job id's status line, malloc'd, or NULL (no such job, or an error). */
-static char *job_line(gr_client *c, unsigned long id)
-{
-    char *text, *line, *save = NULL, *found = NULL, want[32];
-
-    if (gr_admin(c, GR_ADMIN_WARMUP_STATUS, NULL, &text) < 0)
-        return NULL;
-    snprintf(want, sizeof(want), "id=%lu ", id);
-    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-        if (!strncmp(line, want, strlen(want)))
-            found = strdup(line);
-    free(text);
+    if (gr_admin(c, GR_ADMIN_WARMUP_STATUS, NULL, 0, &f, &n) < 0)
+        return -1;
+    k = status_jobs(f, n, jobs, 256);
+    for (size_t i = 0; i < k && i < 256; i++)
+        if (jobs[i].id == id) {
+            *out = jobs[i];
+            snprintf(errbuf, errlen, "%s", jobs[i].error ? jobs[i].error : "");
+            out->error = errbuf[0] ? errbuf : NULL;
+            found = 1;
+        }
+    free(f);
     return found;
 }
 
-static int warmup_wait(gr_client *c, unsigned long id)
+static int warmup_wait(gr_client *c, uint64_t id)
 {
     int tty = isatty(STDOUT_FILENO);
     double last_print = -10;
-    char *line;
+    char errbuf[1024];
 
     for (;;) {
-        uint64_t files, queued, bytes, failed;
+        jobinfo j;
         double el;
         char b[32], r[32];
-        int running;
+        int st = job_status(c, id, &j, errbuf, sizeof(errbuf));
 
-        line = job_line(c, id);
-        if (!line) {
-            fprintf(stderr, "granaryctl: warmup %lu: %s\n", id,
-                    errno ? gr_strerror_last(c) : "the job is gone (daemon restarted?)");
+        if (st <= 0) {
+            fprintf(stderr, "granaryctl: warmup %" PRIu64 ": %s\n", id,
+                    st < 0 ? gr_strerror_last(c) : "the job is gone (daemon restarted?)");
             return EXIT_FAIL;
         }
-        files = field_u64(line, "files");
-        queued = field_u64(line, "queued");
-        bytes = field_u64(line, "bytes");
-        failed = field_u64(line, "failed");
-        el = field_f(line, "elapsed");
-        running = strstr(line, "state=running") != NULL;
-        human(b, sizeof(b), (double)bytes);
-        human(r, sizeof(r), el > 0 ? (double)bytes / el : 0);
-        if (!running) {
-            int done = strstr(line, "state=done") != NULL;
+        el = (double)j.elapsed_ms / 1000;
+        human(b, sizeof(b), (double)j.bytes);
+        human(r, sizeof(r), el > 0 ? (double)j.bytes / el : 0);
+        if (strcmp(j.state, "running")) {
+            int done = !strcmp(j.state, "done");
             if (tty)
                 printf("\r\033[K");
-            printf("warmup %lu %s: %" PRIu64 " files, %s cached in %" PRIu64
+            printf("warmup %" PRIu64 " %s: %" PRIu64 " files, %s cached in %" PRIu64
                    " chunks, %" PRIu64 " chunks already cached (skipped), %" PRIu64
                    " failed, %.1f s\n", id, done ? "done" : "cancelled",
-                   files, b, field_u64(line, "chunks_cached"), field_u64(line, "chunks_skipped"),
-                   failed, el);
-            if (failed && strstr(line, " error="))
-                printf("last error: %s\n", strstr(line, " error=") + 7);
+                   j.files, b, j.cached, j.skipped, j.failed, el);
+            if (j.failed && j.error)
+                printf("last error: %s\n", j.error);
             fflush(stdout);
-            free(line);
-            return failed || !done ? EXIT_FAIL : 0;
+            return j.failed || !done ? EXIT_FAIL : 0;
         }
         if (tty) {
-            double frac = files + queued ? (double)files / (double)(files + queued) : 0;
-            double eta = files && queued ? el / (double)files * (double)queued : 0;
+            double frac = j.files + j.queued ? (double)j.files / (double)(j.files + j.queued) : 0;
+            double eta = j.files && j.queued ? el / (double)j.files * (double)j.queued : 0;
             char bar[31];
             int k = (int)(frac * 30);
             for (int i = 0; i < 30; i++)
                 bar[i] = i < k ? '=' : i == k ? '>' : ' ';
             bar[30] = '\0';
             printf("\r\033[K[%s] %" PRIu64 " files (%" PRIu64 " queued) %s %s/s ETA %s%d:%02d",
-                   bar, files, queued, b, r, files ? "" : "~", (int)eta / 60, (int)eta % 60);
+                   bar, j.files, j.queued, b, r, j.files ? "" : "~", (int)eta / 60, (int)eta % 60);
             fflush(stdout);
         } else if (el - last_print >= 2) {
-            printf("warmup %lu: %" PRIu64 " files, %" PRIu64 " queued, %s, %s/s, %" PRIu64
-                   " failed\n", id, files, queued, b, r, failed);
+            printf("warmup %" PRIu64 ": %" PRIu64 " files, %" PRIu64 " queued, %s, %s/s, %" PRIu64
+                   " failed\n", id, j.files, j.queued, b, r, j.failed);
             fflush(stdout);
             last_print = el;
         }
-        free(line);
         usleep(tty ? 200000 : 250000);
     }
 }
@@ -453,7 +550,8 @@ static int cmd_warmup(int argc, char **argv)
         case 'b':
             b.bw = parse_rate(optarg);
             if (!b.bw) {
-                fprintf(stderr, "granaryctl: warmup: bad --max-bandwidth \"%s\" (e.g. 200M)\n", optarg);
+                fprintf(stderr, "granaryctl: warmup: bad --max-bandwidth \"%s\" (e.g. 200M, 1GiB/s)\n",
+                        optarg);
                 return EXIT_USAGE;
             }
             break;
@@ -464,9 +562,9 @@ static int cmd_warmup(int argc, char **argv)
                    "       granaryctl warmup --status | --cancel ID\n"
                    "Reads files, and directories recursively, into the cache (NVMe tier) at the\n"
                    "lowest priority; chunks already cached are skipped.  LIST has one path per\n"
-                   "line (- for stdin).  RATE is bytes per second (K, M, G suffixes).  Jobs\n"
-                   "resume after a daemon restart.  --wait shows progress and exits 1 if any\n"
-                   "file failed.\n");
+                   "line (- for stdin).  RATE is bytes per second, a size like the\n"
+                   "configuration's (200M, 1GiB, optionally /s).  Jobs resume after a daemon\n"
+                   "restart.  --wait shows progress and exits 1 if any file failed.\n");
             return 0;
         default:
             return EXIT_USAGE;
@@ -478,48 +576,49 @@ static int cmd_warmup(int argc, char **argv)
     }
     b.c = connect_or_die();
     if (status) {
-        char *text;
-        if (gr_admin(b.c, GR_ADMIN_WARMUP_STATUS, NULL, &text) < 0) {
+        gr_field *f;
+        size_t n;
+        if (gr_admin(b.c, GR_ADMIN_WARMUP_STATUS, NULL, 0, &f, &n) < 0) {
             fprintf(stderr, "granaryctl: warmup: %s\n", gr_strerror_last(b.c));
             rc = EXIT_FAIL;
         } else {
+            jobinfo jobs[1024];
+            size_t k = status_jobs(f, n, jobs, 1024);
             printf("%-6s %-9s %10s %7s %10s %8s %10s %8s %9s\n", "ID", "STATE", "FILES",
                    "FAILED", "BYTES", "CHUNKS", "SKIPPED", "QUEUED", "ELAPSED");
-            for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
-                 l = strtok_r(NULL, "\n", &save)) {
-                char st[16] = "?", hb[32];
-                const char *p = strstr(l, "state=");
-                if (p)
-                    sscanf(p + 6, "%15s", st);
-                human(hb, sizeof(hb), (double)field_u64(l, "bytes"));
+            for (size_t i = 0; i < k && i < 1024; i++) {
+                char hb[32];
+                human(hb, sizeof(hb), (double)jobs[i].bytes);
                 printf("%-6" PRIu64 " %-9s %10" PRIu64 " %7" PRIu64 " %10s %8" PRIu64 " %10" PRIu64
-                       " %8" PRIu64 " %8.1fs\n", field_u64(l, "id"), st, field_u64(l, "files"),
-                       field_u64(l, "failed"), hb, field_u64(l, "chunks_cached"),
-                       field_u64(l, "chunks_skipped"), field_u64(l, "queued"),
-                       field_f(l, "elapsed"));
+                       " %8" PRIu64 " %8.1fs\n", jobs[i].id, jobs[i].state, jobs[i].files,
+                       jobs[i].failed, hb, jobs[i].cached, jobs[i].skipped, jobs[i].queued,
+                       (double)jobs[i].elapsed_ms / 1000);
             }
-            free(text);
+            free(f);
         }
         gr_disconnect(b.c);
         return rc;
     }
     if (cancel) {
-        char *text;
-        if (gr_admin(b.c, GR_ADMIN_WARMUP_CANCEL, cancel, &text) < 0) {
+        char *end;
+        unsigned long long id = strtoull(cancel, &end, 10);
+        gr_field arg = num_field("job", id), *f;
+        size_t n;
+        if (*end || id == 0) {
+            fprintf(stderr, "granaryctl: warmup --cancel: \"%s\" is not a job id\n", cancel);
+            gr_disconnect(b.c);
+            return EXIT_USAGE;
+        }
+        if (gr_admin(b.c, GR_ADMIN_WARMUP_CANCEL, &arg, 1, &f, &n) < 0) {
             int e = errno;
             fprintf(stderr, "granaryctl: warmup --cancel %s: %s\n", cancel, gr_strerror_last(b.c));
             rc = e == EPERM ? EXIT_DENIED : EXIT_FAIL;
         } else {
-            printf("warmup %s: %s\n", cancel, text);
-            free(text);
+            printf("warmup %s: cancelled\n", cancel);
+            free(f);
         }
         gr_disconnect(b.c);
         return rc;
-    }
-    b.buf = malloc(WARMUP_BATCH + 8192);
-    if (!b.buf) {
-        gr_disconnect(b.c);
-        return EXIT_FAIL;
     }
     for (int i = optind; i < argc && !b.rc; i++)
         wbatch_add(&b, argv[i]);
@@ -544,12 +643,14 @@ static int cmd_warmup(int argc, char **argv)
     }
     if (!b.rc)
         wbatch_send(&b, 1);
-    free(b.buf);
+    wbatch_clear(&b);
+    free(b.paths);
     rc = b.rc;
     if (!rc && wait)
         rc = warmup_wait(b.c, b.id);
     else if (!rc)
-        printf("warmup %lu started: %zu paths (granaryctl warmup --status)\n", b.id, b.npaths);
+        printf("warmup %" PRIu64 " started: %zu paths (granaryctl warmup --status)\n", b.id,
+               b.npaths);
     gr_disconnect(b.c);
     return rc;
 }

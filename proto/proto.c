@@ -66,7 +66,9 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
         return -EPROTO;
     if (h->version != PROTO_VERSION)
         return -EPROTONOSUPPORT;
-    if ((h->flags & ~PROTO_F_REPLY) || h->reserved)
+    if ((h->flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY)) || h->reserved)
+        return -EPROTO;
+    if ((h->flags & PROTO_F_REPLY) && (h->flags & PROTO_F_NOREPLY))
         return -EPROTO;
     if (h->op == 0 || h->op >= PROTO_OP_MAX_)
         return -EPROTO;
@@ -153,6 +155,18 @@ static int dec_hint(proto_msg *m, const uint8_t *b)
     return 0;
 }
 
+/* Walk every record of body[0..n): 0, or -EPROTO at the first malformed. */
+static int check_records(const uint8_t *b, size_t n)
+{
+    size_t off = 0;
+    proto_rec r;
+    int rc;
+
+    while ((rc = proto_rec_next(b, n, &off, &r)) == 1)
+        ;
+    return rc;
+}
+
 /* Check and decode a request body for its opcode. */
 static int dec_request(proto_msg *m, const uint8_t *b)
 {
@@ -186,10 +200,10 @@ static int dec_request(proto_msg *m, const uint8_t *b)
     case PROTO_OP_ADMIN:
         if (n == 0 || b[0] == 0 || b[0] >= PROTO_ADMIN_MAX_)
             return -EPROTO;
-        if (n - 1 > (b[0] == PROTO_ADMIN_WARMUP ? PROTO_MAX_ADMIN_ARG : PROTO_MAX_PATH))
-            return -EMSGSIZE;
+        if (check_records(b + 1, n - 1) < 0)
+            return -EPROTO;
         m->u.admin.cmd = b[0];
-        m->u.admin.arg = (const char *)b + 1;
+        m->u.admin.recs = b + 1;
         m->u.admin.len = n - 1;
         return 0;
     case PROTO_OP_HINT:
@@ -231,8 +245,15 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         dec_attr(b, &m->u.attr);
         return 0;
     case PROTO_OP_CLOSE:
-    case PROTO_OP_HINT:
         return n == 0 ? 0 : -EPROTO;
+    case PROTO_OP_STATS:
+    case PROTO_OP_ADMIN:
+    case PROTO_OP_HINT:
+        if (check_records(b, n) < 0)
+            return -EPROTO;
+        m->u.recs.p = b;
+        m->u.recs.len = n;
+        return 0;
     case PROTO_OP_READX: {
         uint32_t ne, il;
         if (n < PROTO_READX_PREFIX)
@@ -260,9 +281,6 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     case PROTO_OP_READ:
         if (n > PROTO_MAX_DATA)
             return -EMSGSIZE;
-        /* fall through */
-    case PROTO_OP_STATS:
-    case PROTO_OP_ADMIN:
         m->u.data.p = b;
         m->u.data.len = n;
         return 0;
@@ -419,36 +437,97 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
     return (ssize_t)(PROTO_HDR_LEN + n);
 }
 
-int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value)
+/* Append the record header (name, kind) at *off; the value's room too. */
+static uint8_t *rec_begin(void *body, size_t cap, size_t *off, const char *name, uint8_t kind,
+                          size_t vlen, int *rc)
 {
     size_t n = strlen(name);
     uint8_t *b;
 
-    if (n == 0 || n > 255 || *off > cap || cap - *off < 1 + n + 8)
-        return -EMSGSIZE;
+    *rc = 0;
+    if (n == 0 || n > 255) {
+        *rc = -EINVAL;
+        return NULL;
+    }
+    if (*off > cap || cap - *off < 2 + n + vlen) {
+        *rc = -EMSGSIZE;
+        return NULL;
+    }
     b = (uint8_t *)body + *off;
     b[0] = (uint8_t)n;
     memcpy(b + 1, name, n);
-    put64(b + 1 + n, value);
-    *off += 1 + n + 8;
-    return 0;
+    b[1 + n] = kind;
+    *off += 2 + n + vlen;
+    return b + 2 + n;
 }
 
-int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
-                     const char **name, size_t *name_len, uint64_t *value)
+int proto_rec_u64(void *body, size_t cap, size_t *off, const char *name, uint64_t v)
 {
-    size_t n;
+    int rc;
+    uint8_t *p = rec_begin(body, cap, off, name, PROTO_REC_U64, 8, &rc);
 
-    if (*off >= len)
+    if (p)
+        put64(p, v);
+    return rc;
+}
+
+int proto_rec_str(void *body, size_t cap, size_t *off, const char *name, const void *str,
+                  size_t len)
+{
+    int rc;
+    uint8_t *p;
+
+    if (len > PROTO_MAX_BODY)
+        return -EMSGSIZE;
+    p = rec_begin(body, cap, off, name, PROTO_REC_STR, 4 + len, &rc);
+    if (p) {
+        put32(p, (uint32_t)len);
+        if (len)
+            memcpy(p + 4, str, len);
+    }
+    return rc;
+}
+
+int proto_rec_next(const uint8_t *body, size_t len, size_t *off, proto_rec *out)
+{
+    size_t n, at = *off;
+
+    if (at >= len)
         return 0;
-    n = body[*off];
-    if (n == 0 || len - *off < 1 + n + 8)
+    n = body[at];
+    if (n == 0 || len - at < 2 + n)
         return -EPROTO;
-    *name = (const char *)body + *off + 1;
-    *name_len = n;
-    *value = get64(body + *off + 1 + n);
-    *off += 1 + n + 8;
+    out->name = (const char *)body + at + 1;
+    out->name_len = (uint32_t)n;
+    out->kind = body[at + 1 + n];
+    at += 2 + n;
+    switch (out->kind) {
+    case PROTO_REC_U64:
+        if (len - at < 8)
+            return -EPROTO;
+        out->u64 = get64(body + at);
+        out->str = NULL;
+        out->len = 0;
+        at += 8;
+        break;
+    case PROTO_REC_STR:
+        if (len - at < 4 || len - at - 4 < get32(body + at))
+            return -EPROTO;
+        out->len = get32(body + at);
+        out->str = (const char *)body + at + 4;
+        out->u64 = 0;
+        at += 4 + out->len;
+        break;
+    default:
+        return -EPROTO;
+    }
+    *off = at;
     return 1;
+}
+
+int proto_rec_is(const proto_rec *r, const char *name)
+{
+    return strlen(name) == r->name_len && memcmp(r->name, name, r->name_len) == 0;
 }
 
 ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
@@ -482,21 +561,37 @@ ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const prot
     return (ssize_t)(PROTO_HDR_LEN + fixed);
 }
 
-ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const char *arg,
+ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const void *recs,
                         size_t len)
 {
     uint8_t *b;
 
-    if (cmd == 0 || cmd >= PROTO_ADMIN_MAX_ ||
-        len > (cmd == PROTO_ADMIN_WARMUP ? PROTO_MAX_ADMIN_ARG : PROTO_MAX_PATH))
+    if (cmd == 0 || cmd >= PROTO_ADMIN_MAX_ || len + 1 > PROTO_MAX_BODY ||
+        (len && check_records(recs, len) < 0))
         return -EMSGSIZE;
     b = enc_begin(buf, cap, PROTO_OP_ADMIN, 0, req_id, 0, 1 + len);
     if (!b)
         return -EMSGSIZE;
     b[0] = cmd;
     if (len)
-        memcpy(b + 1, arg, len);
+        memcpy(b + 1, recs, len);
     return (ssize_t)(PROTO_HDR_LEN + 1 + len);
+}
+
+ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
+                          size_t len)
+{
+    uint8_t *b;
+
+    if ((op != PROTO_OP_STATS && op != PROTO_OP_ADMIN && op != PROTO_OP_HINT) ||
+        (len && check_records(recs, len) < 0))
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, 0, len);
+    if (!b)
+        return -EMSGSIZE;
+    if (len && b != recs)
+        memmove(b, recs, len);
+    return (ssize_t)(PROTO_HDR_LEN + len);
 }
 
 ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n)

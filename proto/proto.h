@@ -18,7 +18,7 @@
 #include <sys/types.h>
 
 #define PROTO_MAGIC     0x594e5247u     /* "GRNY" on the wire */
-#define PROTO_VERSION   1
+#define PROTO_VERSION   2
 #define PROTO_HDR_LEN   24
 #define PROTO_MAX_DATA  (128u * 1024)   /* most file bytes in one READ reply */
 #define PROTO_MAX_PATH  4096            /* longest path, bytes, no NUL */
@@ -27,7 +27,7 @@
 #define PROTO_MAX_EXTENTS 32            /* extents in one READX reply */
 #define PROTO_MAX_RELEASE 1024          /* leases in one RELEASE */
 #define PROTO_MAX_BODY  (PROTO_MAX_DATA + 1024)
-#define PROTO_MAX_ADMIN_ARG PROTO_MAX_DATA /* a WARMUP batch; other commands: PROTO_MAX_PATH */
+
 #define PROTO_MAX_HINTS 4096            /* ranges in one HINT message */
 #define PROTO_HINT_PREFIX 8             /* u32 flags, u32 count */
 #define PROTO_HINT_ENT_FIXED 20         /* u64 off, u64 len, u32 path_len; then the path */
@@ -37,22 +37,24 @@
 /* Decoder results besides 0 and -errno. */
 #define PROTO_NEED_MORE 1               /* the buffer ends inside a message */
 
-/* ADMIN commands (first body byte). */
+/* ADMIN commands (first body byte); their arguments and results are
+ * records (below), named in PROTOCOL.md. */
 typedef enum proto_admin_cmd {
     PROTO_ADMIN_EVICT = 1,      /* drop a file's cached chunks (admin only) */
     PROTO_ADMIN_INVALIDATE = 2, /* drop them and forget its attributes (admin only) */
     PROTO_ADMIN_PIN = 3,        /* never evict the file's chunks (admin only) */
     PROTO_ADMIN_UNPIN = 4,      /* undo PIN (admin only) */
-    PROTO_ADMIN_HEALTH = 5,     /* "ok ..." or "unhealthy: reasons" */
-    PROTO_ADMIN_CONFIG = 6,     /* the running configuration, as INI */
-    PROTO_ADMIN_WARMUP = 7,     /* "id=N seal=0|1 bw=BYTES\n" + paths, one per line (admin only) */
-    PROTO_ADMIN_WARMUP_STATUS = 8, /* one line per warmup job (anyone) */
-    PROTO_ADMIN_WARMUP_CANCEL = 9, /* arg: the job's id (admin only) */
+    PROTO_ADMIN_HEALTH = 5,     /* healthy or not, and why (anyone) */
+    PROTO_ADMIN_CONFIG = 6,     /* the running configuration, as INI text (anyone) */
+    PROTO_ADMIN_WARMUP = 7,     /* start or extend a warmup job (admin only) */
+    PROTO_ADMIN_WARMUP_STATUS = 8, /* every warmup job's progress (anyone) */
+    PROTO_ADMIN_WARMUP_CANCEL = 9, /* stop a warmup job (admin only) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 
 /* Header flags. */
 #define PROTO_F_REPLY   0x0001u         /* set on every reply */
+#define PROTO_F_NOREPLY 0x0002u         /* request: send no reply at all (CLOSE) */
 
 typedef enum proto_op {
     PROTO_OP_HELLO = 1,   /* version handshake and limits */
@@ -150,9 +152,13 @@ typedef struct proto_msg {
         } release;                         /* RELEASE request */
         struct {
             uint8_t cmd;                   /* proto_admin_cmd */
-            const char *arg;               /* a path, or empty; not NUL-terminated */
+            const uint8_t *recs;           /* its arguments: records, see proto_rec_next */
             uint32_t len;
-        } admin;                           /* ADMIN request (the reply is text: data) */
+        } admin;                           /* ADMIN request */
+        struct {
+            const uint8_t *p;              /* records, checked: see proto_rec_next */
+            uint32_t len;
+        } recs;                            /* STATS, ADMIN and HINT replies */
         struct {
             uint32_t flags;                /* PROTO_HINT_* */
             uint32_t count;
@@ -162,7 +168,7 @@ typedef struct proto_msg {
         struct {
             const uint8_t *p;
             uint32_t len;
-        } data;                            /* READ reply, STATS reply (raw) */
+        } data;                            /* READ reply */
         struct {
             const char *text;              /* may be empty, not NUL-terminated */
             uint32_t len;
@@ -215,10 +221,14 @@ ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read
  */
 ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
                               uint32_t n, uint32_t inline_len);
-/* ADMIN request: cmd and its argument (len 0..PROTO_MAX_PATH, or
- * PROTO_MAX_ADMIN_ARG for WARMUP). */
-ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const char *arg,
+/* ADMIN request: cmd and its arguments, len bytes of records built with
+ * proto_rec_u64/proto_rec_str (checked). */
+ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const void *recs,
                         size_t len);
+/* A reply of op (STATS, ADMIN, HINT) whose body is len bytes of records
+ * (checked), status 0. */
+ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
+                          size_t len);
 /* RELEASE request of n lease ids (1..PROTO_MAX_RELEASE). */
 ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t *leases, uint32_t n);
 /* One range of a HINT request. */
@@ -249,14 +259,33 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
                         int32_t status, const char *text);
 
 /*
- * STATS reply body: a sequence of records {u8 name_len, name, u64 value}.
- * proto_stats_put appends one at *off (returns -EMSGSIZE when full);
- * proto_stats_next reads the record at *off, advancing it: 1 when one was
- * read, 0 at the end, -EPROTO if malformed.  name is not NUL-terminated.
+ * Records: the typed fields of STATS, ADMIN and HINT messages, back to back
+ * until the body ends: {u8 name_len (1..255), name, u8 kind, value}; kind
+ * PROTO_REC_U64: a u64; kind PROTO_REC_STR: u32 len, then len bytes (UTF-8
+ * text, no NUL).  proto_rec_u64 and proto_rec_str append one at *off of a
+ * body of cap bytes (-EMSGSIZE when it does not fit, -EINVAL for a bad
+ * name); proto_rec_next reads the one at *off, advancing it: 1 when one was
+ * read, 0 at the end, -EPROTO if malformed.  Decoded messages have had
+ * every record checked.
  */
-int proto_stats_put(void *body, size_t cap, size_t *off, const char *name, uint64_t value);
-int proto_stats_next(const uint8_t *body, size_t len, size_t *off,
-                     const char **name, size_t *name_len, uint64_t *value);
+#define PROTO_REC_U64 1
+#define PROTO_REC_STR 2
+
+typedef struct proto_rec {
+    const char *name;      /* not NUL-terminated */
+    uint32_t name_len;
+    uint8_t kind;          /* PROTO_REC_* */
+    uint64_t u64;          /* PROTO_REC_U64 */
+    const char *str;       /* PROTO_REC_STR, not NUL-terminated */
+    uint32_t len;
+} proto_rec;
+
+int proto_rec_u64(void *body, size_t cap, size_t *off, const char *name, uint64_t v);
+int proto_rec_str(void *body, size_t cap, size_t *off, const char *name, const void *s,
+                  size_t len);
+int proto_rec_next(const uint8_t *body, size_t len, size_t *off, proto_rec *out);
+/* Whether r is named name (NUL-terminated). */
+int proto_rec_is(const proto_rec *r, const char *name);
 
 /* Extent i of a decoded READX reply, lease i of a decoded RELEASE. */
 void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out);

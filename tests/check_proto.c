@@ -139,13 +139,29 @@ static uint8_t *build(uint8_t op, uint16_t flags, uint32_t req_id, int32_t statu
     return b;
 }
 
+/* proto_rec_next for a U64 record, in the shape the STATS tests use. */
+static int stats_next(const uint8_t *body, size_t len, size_t *off, const char **name,
+                      size_t *name_len, uint64_t *value)
+{
+    proto_rec r;
+    int rc = proto_rec_next(body, len, off, &r);
+
+    if (rc == 1) {
+        *name = r.name;
+        *name_len = r.name_len;
+        *value = r.u64;
+        ck_assert_uint_eq(r.kind, PROTO_REC_U64);
+    }
+    return rc;
+}
+
 /* ---- wire bytes ---------------------------------------------------------- */
 
 START_TEST(test_hdr_wire_bytes)
 {
     static const uint8_t want[PROTO_HDR_LEN] = {
         0x47, 0x52, 0x4e, 0x59,         /*  0 magic "GRNY" = 0x594e5247 LE */
-        0x01,                           /*  4 version */
+        0x02,                           /*  4 version */
         0x04,                           /*  5 op READ */
         0x01, 0x00,                     /*  6 flags REPLY */
         0x01, 0x02, 0x03, 0x04,         /*  8 req_id 0x04030201 */
@@ -164,7 +180,7 @@ START_TEST(test_hdr_wire_bytes)
     ck_assert_int_eq(PROTO_HDR_LEN, 24);
     ck_assert_int_eq(proto_decode_hdr(want, sizeof(want), &h), 0);
     ck_assert_uint_eq(h.magic, PROTO_MAGIC);
-    ck_assert_uint_eq(h.version, 1);
+    ck_assert_uint_eq(h.version, 2);
     ck_assert_uint_eq(h.op, PROTO_OP_READ);
     ck_assert_uint_eq(h.flags, PROTO_F_REPLY);
     ck_assert_uint_eq(h.req_id, 0x04030201u);
@@ -178,7 +194,7 @@ END_TEST
 START_TEST(test_open_example_bytes)
 {
     static const uint8_t want[] = {
-        0x47, 0x52, 0x4e, 0x59, 0x01, 0x02, 0x00, 0x00,
+        0x47, 0x52, 0x4e, 0x59, 0x02, 0x02, 0x00, 0x00,
         0x07, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
         0x2f, 0x64, 0x61, 0x74, 0x61, 0x2f, 0x61,
@@ -242,14 +258,24 @@ START_TEST(test_body_wire_offsets)
     ck_assert_uint_eq(le32(b + 12), 4);
     ck_assert_int_eq(memcmp(p, "gone", 4), 0);
 
-    /* STATS record: u8 name_len, name, u64 LE value. */
+    /* Records: u8 name_len, name, u8 kind, then a u64 LE, or a u32 LE
+     * length and the bytes. */
     {
         size_t off = 0;
-        ck_assert_int_eq(proto_stats_put(b, sizeof(b), &off, "hits", 0x0102030405060708ull), 0);
-        ck_assert_uint_eq(off, 1 + 4 + 8);
+        ck_assert_int_eq(proto_rec_u64(b, sizeof(b), &off, "hits", 0x0102030405060708ull), 0);
+        ck_assert_uint_eq(off, 1 + 4 + 1 + 8);
         ck_assert_uint_eq(b[0], 4);
         ck_assert_int_eq(memcmp(b + 1, "hits", 4), 0);
-        ck_assert_uint_eq(le64(b + 5), 0x0102030405060708ull);
+        ck_assert_uint_eq(b[5], PROTO_REC_U64);
+        ck_assert_uint_eq(PROTO_REC_U64, 1);
+        ck_assert_uint_eq(le64(b + 6), 0x0102030405060708ull);
+        off = 0;
+        ck_assert_int_eq(proto_rec_str(b, sizeof(b), &off, "path", "/d/x", 4), 0);
+        ck_assert_uint_eq(off, 1 + 4 + 1 + 4 + 4);
+        ck_assert_uint_eq(b[5], PROTO_REC_STR);
+        ck_assert_uint_eq(PROTO_REC_STR, 2);
+        ck_assert_uint_eq(le32(b + 6), 4);
+        ck_assert_int_eq(memcmp(b + 10, "/d/x", 4), 0);
     }
 }
 END_TEST
@@ -532,32 +558,32 @@ START_TEST(test_stats)
 
     /* The reply: records appended with proto_stats_put. */
     for (size_t i = 0; i < nrec; i++)
-        ck_assert_int_eq(proto_stats_put(body, sizeof(body), &off, recs[i].name, recs[i].v), 0);
+        ck_assert_int_eq(proto_rec_u64(body, sizeof(body), &off, recs[i].name, recs[i].v), 0);
     msg = build(PROTO_OP_STATS, PROTO_F_REPLY, 31, 0, (uint32_t)off, body);
     check_prefixes(msg, PROTO_HDR_LEN + off);
     ck_assert_int_eq(dec(msg, PROTO_HDR_LEN + off, &m, &used), 0);
     free(msg);
-    ck_assert_uint_eq(m.u.data.len, off);
-    ck_assert_ptr_eq(m.u.data.p, held + PROTO_HDR_LEN);
+    ck_assert_uint_eq(m.u.recs.len, off);
+    ck_assert_ptr_eq(m.u.recs.p, held + PROTO_HDR_LEN);
 
-    /* Walked back with proto_stats_next. */
+    /* Walked back with proto_rec_next. */
     off = 0;
     for (size_t i = 0; i < nrec; i++) {
-        ck_assert_int_eq(proto_stats_next(m.u.data.p, m.u.data.len, &off, &name, &nl, &v), 1);
+        ck_assert_int_eq(stats_next(m.u.recs.p, m.u.recs.len, &off, &name, &nl, &v), 1);
         ck_assert_uint_eq(nl, strlen(recs[i].name));
         ck_assert_int_eq(memcmp(name, recs[i].name, nl), 0);
         ck_assert_uint_eq(v, recs[i].v);
     }
-    ck_assert_uint_eq(off, m.u.data.len);
-    ck_assert_int_eq(proto_stats_next(m.u.data.p, m.u.data.len, &off, &name, &nl, &v), 0);
-    ck_assert_int_eq(proto_stats_next(m.u.data.p, m.u.data.len, &off, &name, &nl, &v), 0);
+    ck_assert_uint_eq(off, m.u.recs.len);
+    ck_assert_int_eq(stats_next(m.u.recs.p, m.u.recs.len, &off, &name, &nl, &v), 0);
+    ck_assert_int_eq(stats_next(m.u.recs.p, m.u.recs.len, &off, &name, &nl, &v), 0);
 
     /* An empty body has no records. */
     off = 0;
-    ck_assert_int_eq(proto_stats_next(body, 0, &off, &name, &nl, &v), 0);
+    ck_assert_int_eq(stats_next(body, 0, &off, &name, &nl, &v), 0);
     /* An offset past the end reads as the end, without touching body. */
     off = 10;
-    ck_assert_int_eq(proto_stats_next(body, 5, &off, &name, &nl, &v), 0);
+    ck_assert_int_eq(stats_next(body, 5, &off, &name, &nl, &v), 0);
 }
 END_TEST
 
@@ -570,39 +596,39 @@ START_TEST(test_stats_put_limits)
     memset(n256, 'q', 256);
     n256[256] = '\0';
 
-    /* Exactly enough room: 1 + 3 + 8 = 12 bytes; written into 12 bytes. */
-    b = malloc(12);
+    /* Exactly enough room: 1 + 3 + 1 + 8 = 13 bytes; written into 13 bytes. */
+    b = malloc(13);
     ck_assert_ptr_nonnull(b);
     off = 0;
-    ck_assert_int_eq(proto_stats_put(b, 12, &off, "abc", 5), 0);
-    ck_assert_uint_eq(off, 12);
-    ck_assert_int_eq(proto_stats_put(b, 12, &off, "a", 5), -EMSGSIZE);
-    ck_assert_uint_eq(off, 12);
+    ck_assert_int_eq(proto_rec_u64(b, 13, &off, "abc", 5), 0);
+    ck_assert_uint_eq(off, 13);
+    ck_assert_int_eq(proto_rec_u64(b, 13, &off, "a", 5), -EMSGSIZE);
+    ck_assert_uint_eq(off, 13);
     free(b);
 
     /* One byte short. */
-    b = malloc(11);
+    b = malloc(12);
     ck_assert_ptr_nonnull(b);
-    memset(b, 0xA5, 11);
+    memset(b, 0xA5, 12);
     off = 0;
-    ck_assert_int_eq(proto_stats_put(b, 11, &off, "abc", 5), -EMSGSIZE);
+    ck_assert_int_eq(proto_rec_u64(b, 12, &off, "abc", 5), -EMSGSIZE);
     ck_assert_uint_eq(off, 0);
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         ck_assert_uint_eq(b[i], 0xA5);
     free(b);
 
     b = malloc(300);
     ck_assert_ptr_nonnull(b);
     off = 0;
-    ck_assert_int_eq(proto_stats_put(b, 300, &off, "", 5), -EMSGSIZE);
-    ck_assert_int_eq(proto_stats_put(b, 300, &off, n256, 5), -EMSGSIZE);
+    ck_assert_int_eq(proto_rec_u64(b, 300, &off, "", 5), -EINVAL);
+    ck_assert_int_eq(proto_rec_u64(b, 300, &off, n256, 5), -EINVAL);
     ck_assert_uint_eq(off, 0);
     n256[255] = '\0';
-    ck_assert_int_eq(proto_stats_put(b, 300, &off, n256, 5), 0);
-    ck_assert_uint_eq(off, 1 + 255 + 8);
+    ck_assert_int_eq(proto_rec_u64(b, 300, &off, n256, 5), 0);
+    ck_assert_uint_eq(off, 1 + 255 + 1 + 8);
     /* An offset beyond cap is refused, not written at. */
     off = 301;
-    ck_assert_int_eq(proto_stats_put(b, 300, &off, "a", 5), -EMSGSIZE);
+    ck_assert_int_eq(proto_rec_u64(b, 300, &off, "a", 5), -EMSGSIZE);
     ck_assert_uint_eq(off, 301);
     free(b);
 }
@@ -618,7 +644,7 @@ START_TEST(test_stats_truncated)
 
     bounds[nb++] = 0;
     for (size_t i = 0; i < 4; i++) {
-        ck_assert_int_eq(proto_stats_put(body, sizeof(body), &full, names[i], i * 1000 + 1), 0);
+        ck_assert_int_eq(proto_rec_u64(body, sizeof(body), &full, names[i], i * 1000 + 1), 0);
         bounds[nb++] = full;
     }
     for (size_t cut = 0; cut <= full; cut++) {
@@ -630,7 +656,7 @@ START_TEST(test_stats_truncated)
 
         while (whole + 1 < nb && bounds[whole + 1] <= cut)
             whole++;
-        while ((rc = proto_stats_next(p, cut, &off, &name, &nl, &v)) == 1) {
+        while ((rc = stats_next(p, cut, &off, &name, &nl, &v)) == 1) {
             ck_assert_uint_eq(nl, strlen(names[got]));
             ck_assert_int_eq(memcmp(name, names[got], nl), 0);
             ck_assert_uint_eq(v, got * 1000 + 1);
@@ -651,20 +677,20 @@ START_TEST(test_stats_name_len_zero)
     uint64_t v;
 
     /* A lone zero byte, and a zero name_len with room for a value after it. */
-    ck_assert_int_eq(proto_stats_next(body, 1, &off, &name, &nl, &v), -EPROTO);
-    ck_assert_int_eq(proto_stats_next(body, 9, &off, &name, &nl, &v), -EPROTO);
-    ck_assert_int_eq(proto_stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
+    ck_assert_int_eq(stats_next(body, 1, &off, &name, &nl, &v), -EPROTO);
+    ck_assert_int_eq(stats_next(body, 9, &off, &name, &nl, &v), -EPROTO);
+    ck_assert_int_eq(stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
     ck_assert_uint_eq(off, 0);
     /* After a good record. */
-    ck_assert_int_eq(proto_stats_put(body, sizeof(body), &off, "ab", 9), 0);
+    ck_assert_int_eq(proto_rec_u64(body, sizeof(body), &off, "ab", 9), 0);
     body[off] = 0;
     off = 0;
-    ck_assert_int_eq(proto_stats_next(body, sizeof(body), &off, &name, &nl, &v), 1);
-    ck_assert_int_eq(proto_stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
+    ck_assert_int_eq(stats_next(body, sizeof(body), &off, &name, &nl, &v), 1);
+    ck_assert_int_eq(stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
     /* name_len claiming more than is left. */
     body[0] = 255;
     off = 0;
-    ck_assert_int_eq(proto_stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
+    ck_assert_int_eq(stats_next(body, sizeof(body), &off, &name, &nl, &v), -EPROTO);
 }
 END_TEST
 
@@ -833,7 +859,7 @@ END_TEST
 
 START_TEST(test_bad_version)
 {
-    static const uint8_t vs[] = { 0, 2, 0x81, 255 };
+    static const uint8_t vs[] = { 0, 1, 3, 0x82, 255 };   /* 1: the first wave's */
 
     for (size_t i = 0; i < sizeof(vs); i++) {
         ck_assert_int_eq(dec_mutated(0, 0, 4, &vs[i], 1), -EPROTONOSUPPORT);
@@ -875,7 +901,7 @@ START_TEST(test_body_len_over_max)
         proto_encode_hdr(b, PROTO_OP_READ, 0, 1, -5, lens[i]);
         ck_assert_int_eq(dec(b, sizeof(b), &m, &used), -EPROTO);
         proto_encode_hdr(b, PROTO_OP_READ, 0, 1, 0, lens[i]);
-        b[4] = 2;
+        b[4] = 1;
         ck_assert_int_eq(dec(b, sizeof(b), &m, &used), -EPROTONOSUPPORT);
         b[0] = 0;
         ck_assert_int_eq(dec(b, sizeof(b), &m, &used), -EPROTO);
@@ -884,10 +910,16 @@ START_TEST(test_body_len_over_max)
     proto_encode_hdr(b, PROTO_OP_STATS, PROTO_F_REPLY, 1, 0, PROTO_MAX_BODY);
     ck_assert_int_eq(dec(b, sizeof(b), &m, &used), PROTO_NEED_MORE);
     {
-        uint8_t *big = build(PROTO_OP_STATS, PROTO_F_REPLY, 1, 0, PROTO_MAX_BODY, NULL);
+        /* One text record that fills the body exactly: 1 + 1 + 1 + 4 + len. */
+        static uint8_t body[PROTO_MAX_BODY];
+        size_t off = 0;
+        uint8_t *big;
+        ck_assert_int_eq(proto_rec_str(body, sizeof(body), &off, "x", body, PROTO_MAX_BODY - 7), 0);
+        ck_assert_uint_eq(off, PROTO_MAX_BODY);
+        big = build(PROTO_OP_STATS, PROTO_F_REPLY, 1, 0, PROTO_MAX_BODY, body);
         ck_assert_int_eq(dec(big, PROTO_HDR_LEN + PROTO_MAX_BODY, &m, &used), 0);
         ck_assert_uint_eq(used, PROTO_MAX_MSG);
-        ck_assert_uint_eq(m.u.data.len, PROTO_MAX_BODY);
+        ck_assert_uint_eq(m.u.recs.len, PROTO_MAX_BODY);
         free(big);
     }
 }
@@ -968,28 +1000,41 @@ START_TEST(test_hint)
 }
 END_TEST
 
-/* ADMIN WARMUP takes an argument up to PROTO_MAX_ADMIN_ARG; the other
- * commands stay at PROTO_MAX_PATH. */
+/* ADMIN WARMUP carries many "path" records, up to a whole body; one byte
+ * more is refused by the encoder. */
 START_TEST(test_admin_warmup_arg)
 {
-    static uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_BODY];
-    static char arg[PROTO_MAX_ADMIN_ARG + 1];
+    static uint8_t buf[PROTO_HDR_LEN + PROTO_MAX_BODY], recs[PROTO_MAX_BODY];
+    static char path[PROTO_MAX_PATH];
     proto_msg m;
-    size_t used;
+    size_t used, off = 0, n1;
     ssize_t n;
+    int np = 0;
 
-    memset(arg, 'a', sizeof(arg));
-    n = proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, arg, PROTO_MAX_ADMIN_ARG);
+    memset(path, 'a', sizeof(path));
+    path[0] = '/';
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "job", 0), 0);
+    while (proto_rec_str(recs, sizeof(recs) - 1, &off, "path", path, 1000) == 0)
+        np++;
+    n = proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, recs, off);
     ck_assert_int_gt(n, 0);
     ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), 0);
-    ck_assert_uint_eq(m.u.admin.len, PROTO_MAX_ADMIN_ARG);
-    ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, arg,
-                                     PROTO_MAX_ADMIN_ARG + 1), -EMSGSIZE);
-    ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_EVICT, arg,
-                                     PROTO_MAX_PATH + 1), -EMSGSIZE);
-    /* An EVICT claiming a long argument is refused by the decoder. */
-    buf[PROTO_HDR_LEN] = PROTO_ADMIN_EVICT;
-    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EMSGSIZE);
+    ck_assert_uint_eq(m.u.admin.len, off);
+    n1 = off;
+    ck_assert_int_gt(np, 100);
+    /* A body one past the limit. */
+    {
+        size_t o2 = 0;
+        static uint8_t big[PROTO_MAX_BODY];
+        ck_assert_int_eq(proto_rec_str(big, sizeof(big), &o2, "path", big, PROTO_MAX_BODY - 10), 0);
+        ck_assert_uint_eq(o2, PROTO_MAX_BODY - 10 + 10);
+        ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, big, o2), -EMSGSIZE);
+    }
+    /* A record list that does not parse is refused both ways. */
+    recs[n1 - 1000 - 5] = 9;            /* the last record's kind: unknown */
+    ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, recs, n1), -EMSGSIZE);
+    buf[PROTO_HDR_LEN + 1 + n1 - 1000 - 5] = 9;
+    ck_assert_int_eq(dec(buf, (size_t)n, &m, &used), -EPROTO);
 }
 END_TEST
 
@@ -1023,14 +1068,16 @@ START_TEST(test_reserved_and_flags)
         ck_assert_int_eq(dec_mutated(0, 0, 20 + i, &one, 1), -EPROTO);
         ck_assert_int_eq(dec_mutated(PROTO_F_REPLY, 0, 20 + i, &ff, 1), -EPROTO);
     }
+    /* Bit 1 is NOREPLY: allowed on a request, never on a reply. */
     for (int bit = 1; bit < 16; bit++) {
         uint8_t f[2];
         f[0] = (uint8_t)(1u << bit);
         f[1] = (uint8_t)((1u << bit) >> 8);
-        ck_assert_int_eq(dec_mutated(0, 0, 6, f, 2), -EPROTO);
+        ck_assert_int_eq(dec_mutated(0, 0, 6, f, 2), bit == 1 ? 0 : -EPROTO);
         f[0] |= 1;
         ck_assert_int_eq(dec_mutated(PROTO_F_REPLY, 0, 6, f, 2), -EPROTO);
     }
+    ck_assert_uint_eq(PROTO_F_NOREPLY, 2);
 }
 END_TEST
 
@@ -1300,8 +1347,8 @@ START_TEST(test_random_bytes)
                 const char *name;
                 uint64_t v;
                 int s;
-                while ((s = proto_stats_next(m.u.data.p, m.u.data.len, &off, &name, &nl, &v)) == 1)
-                    QUICK_ASSERT(off <= m.u.data.len, "iteration %d", it);
+                while ((s = stats_next(m.u.recs.p, m.u.recs.len, &off, &name, &nl, &v)) == 1)
+                    QUICK_ASSERT(off <= m.u.recs.len, "iteration %d", it);
                 QUICK_ASSERT(s == 0 || s == -EPROTO, "iteration %d: %d", it, s);
             }
         } else if (rc == PROTO_NEED_MORE) {
@@ -1401,22 +1448,30 @@ START_TEST(test_readx_release)
 }
 END_TEST
 
-/* ADMIN: round trip, an empty or unknown command, an over-long argument. */
+/* ADMIN: round trip of typed arguments, an empty or unknown command,
+ * malformed records; replies are records too. */
 START_TEST(test_admin)
 {
-    static uint8_t b[PROTO_HDR_LEN + 2 + PROTO_MAX_PATH];
-    static char path[PROTO_MAX_PATH + 1];
+    static uint8_t b[PROTO_HDR_LEN + PROTO_MAX_BODY], recs[256];
     proto_msg m;
-    size_t used;
+    proto_rec r;
+    size_t used, off = 0, ro = 0;
     ssize_t n;
 
-    n = proto_enc_admin(b, sizeof(b), 5, PROTO_ADMIN_PIN, "/data/x", 7);
-    ck_assert_int_eq(n, PROTO_HDR_LEN + 8);
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "path", "/data/x", 7), 0);
+    n = proto_enc_admin(b, sizeof(b), 5, PROTO_ADMIN_PIN, recs, off);
+    ck_assert_int_eq(n, (ssize_t)(PROTO_HDR_LEN + 1 + off));
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
     ck_assert_uint_eq(m.h.op, PROTO_OP_ADMIN);
     ck_assert_uint_eq(m.u.admin.cmd, PROTO_ADMIN_PIN);
-    ck_assert_uint_eq(m.u.admin.len, 7);
-    ck_assert_int_eq(memcmp(m.u.admin.arg, "/data/x", 7), 0);
+    ck_assert_uint_eq(m.u.admin.len, off);
+    ck_assert_int_eq(proto_rec_next(m.u.admin.recs, m.u.admin.len, &ro, &r), 1);
+    ck_assert(proto_rec_is(&r, "path"));
+    ck_assert(!proto_rec_is(&r, "pat"));
+    ck_assert_uint_eq(r.kind, PROTO_REC_STR);
+    ck_assert_uint_eq(r.len, 7);
+    ck_assert_int_eq(memcmp(r.str, "/data/x", 7), 0);
+    ck_assert_int_eq(proto_rec_next(m.u.admin.recs, m.u.admin.len, &ro, &r), 0);
     n = proto_enc_admin(b, sizeof(b), 6, PROTO_ADMIN_HEALTH, NULL, 0);
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
     ck_assert_uint_eq(m.u.admin.len, 0);
@@ -1424,22 +1479,39 @@ START_TEST(test_admin)
         ck_assert_int_eq(dec(b, k, &m, &used), PROTO_NEED_MORE);
     ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, 0, NULL, 0), -EMSGSIZE);
     ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, PROTO_ADMIN_MAX_, NULL, 0), -EMSGSIZE);
-    memset(path, 'p', sizeof(path));
-    ck_assert_int_eq(proto_enc_admin(b, sizeof(b), 1, PROTO_ADMIN_EVICT, path, PROTO_MAX_PATH + 1),
-                     -EMSGSIZE);
     proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 0);
     ck_assert_int_eq(dec(b, PROTO_HDR_LEN, &m, &used), -EPROTO);          /* no command */
     proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 1);
     b[PROTO_HDR_LEN] = PROTO_ADMIN_MAX_;
     ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 1, &m, &used), -EPROTO);      /* unknown command */
-    proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, 2 + PROTO_MAX_PATH);
-    b[PROTO_HDR_LEN] = PROTO_ADMIN_EVICT;
-    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 2 + PROTO_MAX_PATH, &m, &used), -EMSGSIZE);
-    /* A reply is text. */
+    /* Malformed records: a zero name length, an unknown kind, a text
+     * length past the body, a record cut short. */
+    {
+        static const uint8_t bad[][12] = {
+            { 0, 1, 1, 2, 3, 4, 5, 6, 7, 8 },
+            { 1, 'a', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+            { 1, 'a', 2, 100, 0, 0, 0, 'x' },
+            { 1, 'a', 1, 0, 0, 0 },
+        };
+        static const size_t len[] = { 10, 11, 8, 6 };
+        for (size_t i = 0; i < 4; i++) {
+            proto_encode_hdr(b, PROTO_OP_ADMIN, 0, 1, 0, (uint32_t)(1 + len[i]));
+            b[PROTO_HDR_LEN] = PROTO_ADMIN_EVICT;
+            memcpy(b + PROTO_HDR_LEN + 1, bad[i], len[i]);
+            ck_assert_msg(dec(b, PROTO_HDR_LEN + 1 + len[i], &m, &used) == -EPROTO, "bad %zu", i);
+        }
+    }
+    /* A reply: records. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "files", 3), 0);
+    n = proto_enc_records(b, sizeof(b), PROTO_OP_ADMIN, 9, recs, off);
+    ck_assert_int_eq(n, (ssize_t)(PROTO_HDR_LEN + off));
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.recs.len, off);
+    ck_assert_int_eq(proto_enc_records(b, sizeof(b), PROTO_OP_OPEN, 9, recs, off), -EMSGSIZE);
     proto_encode_hdr(b, PROTO_OP_ADMIN, PROTO_F_REPLY, 9, 0, 3);
-    memcpy(b + PROTO_HDR_LEN, "ok\n", 3);
-    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 3, &m, &used), 0);
-    ck_assert_uint_eq(m.u.data.len, 3);
+    memcpy(b + PROTO_HDR_LEN, "ok\n", 3);                 /* text is not records */
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 3, &m, &used), -EPROTO);
 }
 END_TEST
 

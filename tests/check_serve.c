@@ -222,6 +222,94 @@ START_TEST(test_refusal_reason)
 }
 END_TEST
 
+/* ADMIN takes typed fields and checks them: HEALTH takes none, EVICT needs
+ * exactly one "path", unknown or mistyped fields are refused (-EINVAL);
+ * replies are records.  CLOSE with NOREPLY closes without a reply; NOREPLY
+ * on anything but CLOSE and RELEASE is refused. */
+START_TEST(test_admin_fields_and_noreply)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 512], recs[256];
+    char path[600];
+    proto_msg m;
+    proto_rec r;
+    size_t off;
+    ssize_t len;
+    int fd;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/f", d.src);
+    tu_write_pattern(path, 3, 1000);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    /* HEALTH with an argument. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "path", "/x", 2), 0);
+    len = proto_enc_admin(req, sizeof(req), 1, PROTO_ADMIN_HEALTH, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    /* HEALTH without: records, "healthy" first. */
+    len = proto_enc_admin(req, sizeof(req), 2, PROTO_ADMIN_HEALTH, NULL, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    off = 0;
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "healthy"));
+    ck_assert_uint_eq(r.u64, 1);
+    /* EVICT (root) with no path, a numeric path, an unknown field. */
+    len = proto_enc_admin(req, sizeof(req), 3, PROTO_ADMIN_EVICT, NULL, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "path", 7), 0);
+    len = proto_enc_admin(req, sizeof(req), 4, PROTO_ADMIN_EVICT, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "path", path, strlen(path)), 0);
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "force", 1), 0);
+    len = proto_enc_admin(req, sizeof(req), 5, PROTO_ADMIN_EVICT, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    /* A good EVICT: "files" 1. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "path", path, strlen(path)), 0);
+    len = proto_enc_admin(req, sizeof(req), 6, PROTO_ADMIN_EVICT, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    off = 0;
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "files") && r.u64 == 1);
+    /* OPEN, then CLOSE with NOREPLY: no reply; the next request's reply
+     * is the next thing received, and the handle is gone. */
+    len = proto_enc_open(req, sizeof(req), 7, path, strlen(path));
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    {
+        uint32_t h = m.u.attr.handle;
+        proto_read rd = { .handle = h, .len = 10, .off = 0 };
+        struct iovec iov = { req, 0 };
+        len = proto_enc_close(req, sizeof(req), 8, h);
+        req[6] |= PROTO_F_NOREPLY;
+        iov.iov_len = (size_t)len;
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), len);
+        len = proto_enc_read(req, sizeof(req), 9, &rd);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_uint_eq(m.h.req_id, 9);
+        ck_assert_int_eq(m.h.status, -EBADF);
+    }
+    /* NOREPLY on an OPEN: refused. */
+    len = proto_enc_open(req, sizeof(req), 10, path, strlen(path));
+    req[6] |= PROTO_F_NOREPLY;
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_uint_eq(m.h.req_id, 10);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
@@ -231,6 +319,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_reply_alloc_failure);
     tcase_add_test(tc, test_empty_packets_with_fds);
     tcase_add_test(tc, test_refusal_reason);
+    tcase_add_test(tc, test_admin_fields_and_noreply);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -620,31 +620,30 @@ unsigned warmup_active(const warmup *wu)
     return n;
 }
 
-char *warmup_status(warmup *wu)
+int warmup_each(warmup *wu, int (*cb)(void *arg, const warmup_info *j), void *arg)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
     double now = source_now();
 
-    if (!f)
-        return NULL;
     for (wjob *j = wu->jobs; j; j = j->next) {
-        fprintf(f, "id=%" PRIu32 " state=%s files=%" PRIu64 " failed=%" PRIu64 " bytes=%" PRIu64
-                " chunks_cached=%" PRIu64 " chunks_skipped=%" PRIu64 " queued=%zu dirs=%" PRIu64
-                " elapsed=%.3f sealed=%d",
-                j->id, state_names[j->state], j->files_done, j->failed, j->bytes,
-                j->chunks_cached, j->chunks_skipped, j->files.n + j->dirs.n, j->dirs_done,
-                (j->state == JOB_RUNNING ? now : j->ended) - j->started, j->sealed);
-        if (j->error[0])
-            fprintf(f, " error=%s", j->error);
-        fputc('\n', f);
+        warmup_info in = {
+            .id = j->id,
+            .state = state_names[j->state],
+            .files = j->files_done,
+            .failed = j->failed,
+            .bytes = j->bytes,
+            .chunks_cached = j->chunks_cached,
+            .chunks_skipped = j->chunks_skipped,
+            .queued = (uint64_t)(j->files.n + j->dirs.n),
+            .dirs = j->dirs_done,
+            .elapsed_ms = (uint64_t)(((j->state == JOB_RUNNING ? now : j->ended) - j->started) * 1000),
+            .sealed = j->sealed,
+            .error = j->error,
+        };
+        int rc = cb(arg, &in);
+        if (rc)
+            return rc;
     }
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return 0;
 }
 
 /* ---- start and stop ---- */

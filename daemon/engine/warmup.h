@@ -58,14 +58,21 @@ int warmup_add(warmup *wu, uint32_t *id, char *const *norms, const int *roots, s
 /* Cancel job id.  0, or -ENOENT. */
 int warmup_cancel(warmup *wu, uint32_t id);
 
-/*
- * One line per job, newest last:
- *   id=N state=running|done|cancelled files=F failed=X bytes=B
- *   chunks_cached=C chunks_skipped=S queued=Q dirs=D elapsed=SECONDS sealed=0|1
- *   error=TEXT (the last failure, if any; the rest of the line)
- * Returns malloc'd text (NUL-terminated), or NULL on out-of-memory.
- */
-char *warmup_status(warmup *wu);
+/* One job's progress, for status replies. */
+typedef struct warmup_info {
+    uint32_t id;
+    const char *state;          /* "running", "done", "cancelled" */
+    uint64_t files, failed, bytes, chunks_cached, chunks_skipped;
+    uint64_t queued;            /* paths not yet started */
+    uint64_t dirs;              /* directories listed */
+    uint64_t elapsed_ms;
+    int sealed;                 /* no more paths will come */
+    const char *error;          /* the last failure, "" if none */
+} warmup_info;
+
+/* Call cb for each job, oldest first (the info lives during the call);
+ * stops at cb's first non-zero result and returns it, else 0. */
+int warmup_each(warmup *wu, int (*cb)(void *arg, const warmup_info *j), void *arg);
 
 /* Jobs not finished. */
 unsigned warmup_active(const warmup *wu);

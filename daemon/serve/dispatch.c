@@ -17,20 +17,21 @@ typedef struct op_row {
     op_handler handler;
     int admin_only;             /* refused with -EPERM unless root or admin_group */
     int max_fds;                /* fds the request may carry: more is -EPROTO */
+    int noreply_ok;             /* PROTO_F_NOREPLY allowed (else -EPROTO) */
 } op_row;
 
 /* ADMIN is open to everyone here: which of its commands are admin-only is
  * op_admin's table. */
 static const op_row op_table[] = {
-    { PROTO_OP_HELLO,   op_hello,   0, 0 },
-    { PROTO_OP_OPEN,    op_open,    0, 1 },   /* the access proof */
-    { PROTO_OP_CLOSE,   op_close,   0, 0 },
-    { PROTO_OP_READ,    op_read,    0, 0 },
-    { PROTO_OP_STATS,   op_stats,   0, 0 },
-    { PROTO_OP_READX,   op_read,    0, 0 },
-    { PROTO_OP_RELEASE, op_release, 0, 0 },
-    { PROTO_OP_ADMIN,   op_admin,   0, 0 },
-    { PROTO_OP_HINT,    op_hint,    0, 0 },
+    { PROTO_OP_HELLO,   op_hello,   0, 0, 0 },
+    { PROTO_OP_OPEN,    op_open,    0, 1, 0 },   /* the access proof */
+    { PROTO_OP_CLOSE,   op_close,   0, 0, 1 },
+    { PROTO_OP_READ,    op_read,    0, 0, 0 },
+    { PROTO_OP_STATS,   op_stats,   0, 0, 0 },
+    { PROTO_OP_READX,   op_read,    0, 0, 0 },
+    { PROTO_OP_RELEASE, op_release, 0, 0, 1 },   /* never has a reply */
+    { PROTO_OP_ADMIN,   op_admin,   0, 0, 0 },
+    { PROTO_OP_HINT,    op_hint,    0, 0, 0 },
 };
 
 static const op_row *row_of(uint8_t op)
@@ -90,6 +91,10 @@ void dispatch_packet(conn *c, size_t n, int truncated, int *fds, int nfds)
         snprintf(text, sizeof(text), "%s carries at most %d file descriptor%s",
                  proto_op_name(m.h.op), row->max_fds, row->max_fds == 1 ? "" : "s");
         reply_error(c, m.h.op, m.h.req_id, -EPROTO, text);
+        goto out;
+    }
+    if ((m.h.flags & PROTO_F_NOREPLY) && !row->noreply_ok) {
+        reply_error(c, m.h.op, m.h.req_id, -EPROTO, "NOREPLY is for CLOSE and RELEASE only");
         goto out;
     }
     if (row->admin_only && !c->is_admin) {

@@ -1,6 +1,7 @@
 /*
  * op_admin.c - ADMIN: the operator's commands (evict, invalidate, pin,
- * unpin, warmup and its status and cancel, health, config).
+ * unpin, warmup and its status and cancel, health, config), with typed
+ * records both ways (proto.h; the names are in PROTOCOL.md).
  *
  * A path command finds the file, or every file below a directory, and
  * their identities on an I/O thread (phase 0); acts on them in DRAM on the
@@ -14,12 +15,16 @@
 
 #include "serve_int.h"
 
-/* An ADMIN command in flight: phase 0 on an I/O thread finds the files
- * (one, or every file below a directory) and their identities; the loop
- * acts on DRAM; phase 1 on an I/O thread acts on the NVMe tier; the loop
- * answers. */
 #define ADMIN_MAX_FILES (1u << 22)      /* files one command may cover */
 
+/* Which commands are for root and [daemon] admin_group only. */
+static int admin_only(uint8_t cmd)
+{
+    return cmd != PROTO_ADMIN_HEALTH && cmd != PROTO_ADMIN_CONFIG &&
+           cmd != PROTO_ADMIN_WARMUP_STATUS;
+}
+
+/* An ADMIN path command or HEALTH in flight. */
 typedef struct adminreq {
     wq_job job;
     conn *c;
@@ -28,12 +33,124 @@ typedef struct adminreq {
     int phase;
     char *norm;
     int root;
-    uint8_t (*ids)[FILE_ID_LEN];      /* identities of the files covered */
+    uint8_t (*ids)[FILE_ID_LEN];        /* identities of the files covered */
     size_t nids, cap;
     long dram_n, nvme_n;
     int rc;
     char text[1024];
 } adminreq;
+
+/* A reply of records being built, in an outmsg's body. */
+typedef struct recbuf {
+    outmsg *m;
+    size_t off, cap;
+    int rc;                     /* the first error of a put */
+} recbuf;
+
+static int rb_init(recbuf *rb, conn *c, size_t cap)
+{
+    rb->m = outmsg_new(cap);
+    rb->off = 0;
+    rb->cap = cap;
+    rb->rc = 0;
+    if (!rb->m) {
+        conn_fail(c, "out of memory for an ADMIN reply");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void rb_u64(recbuf *rb, const char *name, uint64_t v)
+{
+    if (rb->rc == 0)
+        rb->rc = proto_rec_u64(rb->m->buf + PROTO_HDR_LEN, rb->cap, &rb->off, name, v);
+}
+
+static void rb_str(recbuf *rb, const char *name, const char *s, size_t len)
+{
+    if (rb->rc == 0)
+        rb->rc = proto_rec_str(rb->m->buf + PROTO_HDR_LEN, rb->cap, &rb->off, name, s, len);
+}
+
+/* Send what was built (an error reply instead if it did not fit). */
+static void rb_send(recbuf *rb, conn *c, uint32_t req_id)
+{
+    if (rb->rc < 0) {
+        free(rb->m);
+        reply_error(c, PROTO_OP_ADMIN, req_id, -EMSGSIZE, "the reply does not fit one message");
+        return;
+    }
+    proto_enc_records(rb->m->buf, PROTO_HDR_LEN + rb->cap, PROTO_OP_ADMIN, req_id,
+                      rb->m->buf + PROTO_HDR_LEN, rb->off);
+    rb->m->len = PROTO_HDR_LEN + rb->off;
+    rb->m->iov[0].iov_len = rb->m->len;
+    conn_send(c, rb->m);
+}
+
+/* ---- arguments ---- */
+
+/* The request's arguments, as the commands use them. */
+typedef struct admin_args {
+    const char *path;           /* "path" (the first; WARMUP has many) */
+    uint32_t path_len;
+    int has_job, has_seal, has_bw;
+    uint64_t job, seal, bw;
+    unsigned npaths;
+} admin_args;
+
+/* Read the records of m: which names each command takes, their kinds.  0,
+ * or -EINVAL with a reason in err. */
+static int parse_args(const proto_msg *m, admin_args *a, char *err, size_t errlen)
+{
+    uint8_t cmd = m->u.admin.cmd;
+    int path_cmd = cmd <= PROTO_ADMIN_UNPIN, is_warmup = cmd == PROTO_ADMIN_WARMUP;
+    size_t off = 0;
+    proto_rec r;
+
+    memset(a, 0, sizeof(*a));
+    while (proto_rec_next(m->u.admin.recs, m->u.admin.len, &off, &r) == 1) {
+        if ((path_cmd || is_warmup) && proto_rec_is(&r, "path") && r.kind == PROTO_REC_STR) {
+            if (path_cmd && a->npaths) {
+                snprintf(err, errlen, "one \"path\" per command");
+                return -EINVAL;
+            }
+            if (!a->npaths) {
+                a->path = r.str;
+                a->path_len = r.len;
+            }
+            a->npaths++;
+        } else if ((is_warmup || cmd == PROTO_ADMIN_WARMUP_CANCEL) && proto_rec_is(&r, "job") &&
+                   r.kind == PROTO_REC_U64 && !a->has_job) {
+            a->has_job = 1;
+            a->job = r.u64;
+        } else if (is_warmup && proto_rec_is(&r, "seal") && r.kind == PROTO_REC_U64 && !a->has_seal) {
+            a->has_seal = 1;
+            a->seal = r.u64;
+        } else if (is_warmup && proto_rec_is(&r, "bw") && r.kind == PROTO_REC_U64 && !a->has_bw) {
+            a->has_bw = 1;
+            a->bw = r.u64;
+        } else {
+            snprintf(err, errlen, "unexpected field \"%.*s\" (or repeated, or of the wrong kind)",
+                     (int)(r.name_len > 64 ? 64 : r.name_len), r.name);
+            return -EINVAL;
+        }
+    }
+    if (path_cmd && a->npaths != 1) {
+        snprintf(err, errlen, "a \"path\" is required");
+        return -EINVAL;
+    }
+    if (cmd == PROTO_ADMIN_WARMUP_CANCEL && (!a->has_job || a->job == 0 || a->job > UINT32_MAX)) {
+        snprintf(err, errlen, "a \"job\" id is required");
+        return -EINVAL;
+    }
+    if (is_warmup && (a->job > UINT32_MAX || a->seal > 1)) {
+        snprintf(err, errlen, "\"job\" must fit 32 bits and \"seal\" be 0 or 1");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- path commands and health (on I/O threads) ---- */
 
 /* source_walk_cb: collect one file's identity. */
 static int admin_collect(void *arg, const uint8_t id[FILE_ID_LEN])
@@ -53,12 +170,6 @@ static int admin_collect(void *arg, const uint8_t id[FILE_ID_LEN])
     }
     memcpy(a->ids[a->nids++], id, FILE_ID_LEN);
     return 0;
-}
-
-/* Reply with status 0 and text as the body. */
-static void reply_text(conn *c, uint8_t op, uint32_t req_id, const char *text, size_t len)
-{
-    reply_body(c, op, req_id, text, len > PROTO_MAX_BODY ? PROTO_MAX_BODY : len);
 }
 
 static void admin_run(wq_job *j)
@@ -82,49 +193,55 @@ static void admin_run(wq_job *j)
     if (!s->d.nvme)
         return;
     a->nvme_n = (pin || a->cmd == PROTO_ADMIN_UNPIN)
-                    ? nvme_pin_files(s->d.nvme, (const uint8_t (*)[16])a->ids, a->nids, pin)
-                    : nvme_drop_files(s->d.nvme, (const uint8_t (*)[16])a->ids, a->nids);
+                    ? nvme_pin_files(s->d.nvme, (const uint8_t (*)[FILE_ID_LEN])a->ids, a->nids, pin)
+                    : nvme_drop_files(s->d.nvme, (const uint8_t (*)[FILE_ID_LEN])a->ids, a->nids);
 }
 
+static uint64_t pct(uint64_t used, uint64_t cap)
+{
+    return cap ? used * 100 / cap : 0;
+}
+
+/*
+ * HEALTH's records: "healthy" (1/0), "reason" when not; "roots",
+ * "dram_used_pct"; with an NVMe tier "nvme_used_pct", "nvme_state"
+ * (ok|full|offline) and its error counts.  A failing or full device is
+ * survivable (reads go to DRAM and the source) but makes the node
+ * unhealthy: an operator must hear of it.
+ */
 static void admin_health_reply(adminreq *a)
 {
     server *s = a->c->srv;
-    char out[1024];
     dram_stats ds;
-    int n;
+    nvme_stats ns = { 0 };
+    char reason[1200] = "";
+    recbuf rb;
 
     dram_get_stats(s->d.dram, &ds);
-    if (a->rc < 0) {
-        n = snprintf(out, sizeof(out), "unhealthy: %s\n", a->text);
-    } else {
-        n = snprintf(out, sizeof(out), "ok: %d source roots readable, dram %llu%% used",
-                     s->d.cfg->nroots,
-                     (unsigned long long)(ds.capacity_bytes ? ds.used_bytes * 100 / ds.capacity_bytes : 0));
-        if (s->d.nvme) {
-            nvme_stats ns;
-            nvme_get_stats(s->d.nvme, &ns);
-            n += snprintf(out + n, sizeof(out) - (size_t)n, ", nvme %llu%% used",
-                          (unsigned long long)(ns.capacity_bytes ? ns.used_bytes * 100 / ns.capacity_bytes : 0));
-            /* A failing or full device is survivable (reads go to DRAM and
-             * the source) but an operator must hear of it. */
-            if (ns.state != NVME_STATE_OK)
-                n = snprintf(out, sizeof(out),
-                             "unhealthy: nvme tier %s (%llu I/O errors, %llu out-of-space errors); "
-                             "serving from dram and the source\n",
-                             nvme_state_name(ns.state), (unsigned long long)ns.io_errors,
-                             (unsigned long long)ns.space_errors);
-            else if (ns.io_errors || ns.checksum_errors)
-                n += snprintf(out + n, sizeof(out) - (size_t)n,
-                              " (%llu I/O errors, %llu checksum errors so far)\n",
-                              (unsigned long long)ns.io_errors,
-                              (unsigned long long)ns.checksum_errors);
-            else
-                n += snprintf(out + n, sizeof(out) - (size_t)n, "\n");
-        } else {
-            n += snprintf(out + n, sizeof(out) - (size_t)n, ", no nvme tier\n");
-        }
+    if (s->d.nvme)
+        nvme_get_stats(s->d.nvme, &ns);
+    if (a->rc < 0)
+        snprintf(reason, sizeof(reason), "%s", a->text);
+    else if (s->d.nvme && ns.state != NVME_STATE_OK)
+        snprintf(reason, sizeof(reason), "nvme tier %s (%llu I/O errors, %llu out-of-space errors); "
+                 "serving from dram and the source", nvme_state_name(ns.state),
+                 (unsigned long long)ns.io_errors, (unsigned long long)ns.space_errors);
+    if (rb_init(&rb, a->c, 4096) < 0)
+        return;
+    rb_u64(&rb, "healthy", reason[0] == '\0');
+    if (reason[0])
+        rb_str(&rb, "reason", reason, strlen(reason));
+    rb_u64(&rb, "roots", (uint64_t)s->d.cfg->nroots);
+    rb_u64(&rb, "dram_used_pct", pct(ds.used_bytes, ds.capacity_bytes));
+    if (s->d.nvme) {
+        const char *st = nvme_state_name(ns.state);
+        rb_u64(&rb, "nvme_used_pct", pct(ns.used_bytes, ns.capacity_bytes));
+        rb_str(&rb, "nvme_state", st, strlen(st));
+        rb_u64(&rb, "nvme_io_errors", ns.io_errors);
+        rb_u64(&rb, "nvme_space_errors", ns.space_errors);
+        rb_u64(&rb, "nvme_checksum_errors", ns.checksum_errors);
     }
-    reply_text(a->c, PROTO_OP_ADMIN, a->req_id, out, (size_t)n);
+    rb_send(&rb, a->c, a->req_id);
 }
 
 static void admin_done(wq_job *j)
@@ -132,9 +249,7 @@ static void admin_done(wq_job *j)
     adminreq *a = (adminreq *)j;
     conn *c = a->c;
     server *s = c->srv;
-    const char *verb;
-    char out[512];
-    int n;
+    recbuf rb;
 
     if (c->dead)
         goto out;
@@ -151,18 +266,18 @@ static void admin_done(wq_job *j)
         if (a->cmd == PROTO_ADMIN_INVALIDATE)
             source_forget(s->d.src, a->norm);   /* a file's; a directory's files age out */
         a->dram_n = (pin || a->cmd == PROTO_ADMIN_UNPIN)
-                        ? dram_pin_files(s->d.dram, (const uint8_t (*)[16])a->ids, a->nids, pin)
-                        : dram_drop_files(s->d.dram, (const uint8_t (*)[16])a->ids, a->nids);
+                        ? dram_pin_files(s->d.dram, (const uint8_t (*)[FILE_ID_LEN])a->ids, a->nids, pin)
+                        : dram_drop_files(s->d.dram, (const uint8_t (*)[FILE_ID_LEN])a->ids, a->nids);
         a->phase = 1;
         workers_submit(s->d.w, &a->job, WQ_DEMAND);
         return;
     }
-    verb = a->cmd == PROTO_ADMIN_PIN ? "pinned" : a->cmd == PROTO_ADMIN_UNPIN ? "unpinned"
-         : a->cmd == PROTO_ADMIN_EVICT ? "evicted" : "invalidated";
-    n = snprintf(out, sizeof(out), "%s: %zu files, %ld chunks in dram, %ld on nvme%s\n", verb,
-                 a->nids, a->dram_n, a->nvme_n,
-                 a->cmd == PROTO_ADMIN_PIN ? " (and their chunks cached from now on)" : "");
-    reply_text(c, PROTO_OP_ADMIN, a->req_id, out, (size_t)n);
+    if (rb_init(&rb, c, 256) == 0) {
+        rb_u64(&rb, "files", a->nids);
+        rb_u64(&rb, "dram_chunks", (uint64_t)(a->dram_n > 0 ? a->dram_n : 0));
+        rb_u64(&rb, "nvme_chunks", (uint64_t)(a->nvme_n > 0 ? a->nvme_n : 0));
+        rb_send(&rb, c, a->req_id);
+    }
 out:
     c->inflight--;
     if (!c->dead)
@@ -173,123 +288,131 @@ out:
     free(a);
 }
 
-/*
- * WARMUP: "id=N seal=0|1 bw=BYTES" on the first line, then one path per
- * line; every path must pass the roots or the batch is refused whole.
- * The reply is the job's id.  WARMUP_CANCEL: the id.
- */
-static void handle_warmup(conn *c, const proto_msg *m)
+/* ---- warmup ---- */
+
+/* WARMUP: every "path" must pass the roots or the batch is refused whole;
+ * the reply names the job. */
+static void admin_warmup(conn *c, const proto_msg *m, const admin_args *args)
 {
     server *s = c->srv;
-    char *arg = strndup(m->u.admin.arg, m->u.admin.len), *line, *save = NULL;
-    char **norms = NULL, err[320], idtext[32];
-    int *roots = NULL, rc = 0, seal = 0;
-    unsigned long long id = 0, bw = 0;
-    size_t n = 0, cap = 0;
-    uint32_t jid;
+    char **norms = NULL, err[320] = "";
+    int *roots = NULL, rc = 0;
+    size_t n = 0, off = 0;
+    uint32_t jid = (uint32_t)args->job;
+    proto_rec r;
+    recbuf rb;
 
-    if (!arg) {
-        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
-        return;
+    if (args->npaths) {
+        norms = calloc(args->npaths, sizeof(*norms));
+        roots = calloc(args->npaths, sizeof(*roots));
+        if (!norms || !roots)
+            rc = -ENOMEM;
     }
-    if (m->u.admin.cmd == PROTO_ADMIN_WARMUP_CANCEL) {
-        char *end;
-        id = strtoull(arg, &end, 10);
-        rc = *end || id == 0 || id > UINT32_MAX ? -EINVAL : warmup_cancel(s->d.wu, (uint32_t)id);
-        free(arg);
-        if (rc < 0)
-            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc,
-                        rc == -EINVAL ? "usage: a warmup job id" : "no such running warmup job");
-        else
-            reply_text(c, PROTO_OP_ADMIN, m->h.req_id, "cancelled", 9);
-        return;
+    while (rc == 0 && proto_rec_next(m->u.admin.recs, m->u.admin.len, &off, &r) == 1) {
+        if (!proto_rec_is(&r, "path"))
+            continue;
+        rc = source_resolve(s->d.src, r.str, r.len, &norms[n], &roots[n], err, sizeof(err));
+        if (rc == 0)
+            n++;
     }
-    line = strtok_r(arg, "\n", &save);
-    if (!line || sscanf(line, "id=%llu seal=%d bw=%llu", &id, &seal, &bw) != 3 || id > UINT32_MAX) {
-        free(arg);
-        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EINVAL,
-                    "warmup: the first line must be \"id=N seal=0|1 bw=BYTES\"");
-        return;
-    }
-    while ((line = strtok_r(NULL, "\n", &save))) {
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            void *p1 = realloc(norms, nc * sizeof(*norms)), *p2;
-            if (!p1) {
-                rc = -ENOMEM;
-                break;
-            }
-            norms = p1;
-            p2 = realloc(roots, nc * sizeof(*roots));
-            if (!p2) {
-                rc = -ENOMEM;
-                break;
-            }
-            roots = p2;
-            cap = nc;
-        }
-        rc = source_resolve(s->d.src, line, strlen(line), &norms[n], &roots[n], err, sizeof(err));
-        if (rc < 0)
-            break;
-        n++;
-    }
-    jid = (uint32_t)id;
     if (rc == 0)
-        rc = warmup_add(s->d.wu, &jid, norms, roots, n, seal != 0, bw);
+        rc = warmup_add(s->d.wu, &jid, norms, roots, n, args->seal != 0, args->bw);
     for (size_t i = 0; i < n; i++)
         free(norms[i]);
     free(norms);
     free(roots);
-    free(arg);
     if (rc < 0) {
         reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc,
                     rc == -ENOENT ? "no such open warmup job" : rc == -ENOMEM ? NULL : err);
         return;
     }
-    snprintf(idtext, sizeof(idtext), "%" PRIu32, jid);
-    reply_text(c, PROTO_OP_ADMIN, m->h.req_id, idtext, strlen(idtext));
+    if (rb_init(&rb, c, 64) == 0) {
+        rb_u64(&rb, "job", jid);
+        rb_send(&rb, c, m->h.req_id);
+    }
 }
+
+static int status_put(void *arg, const warmup_info *j)
+{
+    recbuf *rb = arg;
+
+    rb_u64(rb, "job", j->id);
+    rb_str(rb, "state", j->state, strlen(j->state));
+    rb_u64(rb, "files", j->files);
+    rb_u64(rb, "failed", j->failed);
+    rb_u64(rb, "bytes", j->bytes);
+    rb_u64(rb, "chunks_cached", j->chunks_cached);
+    rb_u64(rb, "chunks_skipped", j->chunks_skipped);
+    rb_u64(rb, "queued", j->queued);
+    rb_u64(rb, "dirs", j->dirs);
+    rb_u64(rb, "elapsed_ms", j->elapsed_ms);
+    rb_u64(rb, "sealed", (uint64_t)j->sealed);
+    if (j->error[0])
+        rb_str(rb, "error", j->error, strlen(j->error));
+    return rb->rc;
+}
+
+/* ---- the command ---- */
 
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
 {
     server *s = c->srv;
     uint8_t cmd = m->u.admin.cmd;
     char err[256];
+    admin_args args;
     adminreq *a;
+    recbuf rb;
+    int rc;
 
     (void)fds;
     (void)nfds;
-    if (cmd == PROTO_ADMIN_CONFIG) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f) {
-            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
-            return;
-        }
-        config_dump(s->d.cfg, f);
-        fclose(f);
-        reply_text(c, PROTO_OP_ADMIN, m->h.req_id, text, len);
-        free(text);
-        return;
-    }
-    if (cmd == PROTO_ADMIN_WARMUP_STATUS) {
-        char *text = warmup_status(s->d.wu);
-        if (!text)
-            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOMEM, NULL);
-        else
-            reply_text(c, PROTO_OP_ADMIN, m->h.req_id, text, strlen(text));
-        free(text);
-        return;
-    }
-    if (cmd != PROTO_ADMIN_HEALTH && !c->is_admin) {
+    if (admin_only(cmd) && !c->is_admin) {
         reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EPERM,
                     "admin commands are for root and the [daemon] admin_group");
         return;
     }
-    if (cmd == PROTO_ADMIN_WARMUP || cmd == PROTO_ADMIN_WARMUP_CANCEL) {
-        handle_warmup(c, m);
+    rc = parse_args(m, &args, err, sizeof(err));
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc, err);
         return;
+    }
+    switch (cmd) {
+    case PROTO_ADMIN_CONFIG: {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) {
+            conn_fail(c, "out of memory for the configuration");
+            return;
+        }
+        config_dump(s->d.cfg, f);
+        fclose(f);
+        if (rb_init(&rb, c, len + 64) == 0) {
+            rb_str(&rb, "config", text, len);
+            rb_send(&rb, c, m->h.req_id);
+        }
+        free(text);
+        return;
+    }
+    case PROTO_ADMIN_WARMUP_STATUS:
+        if (rb_init(&rb, c, PROTO_MAX_BODY) == 0) {
+            warmup_each(s->d.wu, status_put, &rb);
+            rb_send(&rb, c, m->h.req_id);
+        }
+        return;
+    case PROTO_ADMIN_WARMUP:
+        admin_warmup(c, m, &args);
+        return;
+    case PROTO_ADMIN_WARMUP_CANCEL:
+        if (warmup_cancel(s->d.wu, (uint32_t)args.job) < 0) {
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -ENOENT, "no such running warmup job");
+        } else if (rb_init(&rb, c, 64) == 0) {
+            rb_u64(&rb, "job", args.job);
+            rb_send(&rb, c, m->h.req_id);
+        }
+        return;
+    default:
+        break;
     }
     a = calloc(1, sizeof(*a));
     if (!a) {
@@ -298,8 +421,8 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
     }
     a->cmd = cmd;
     if (cmd != PROTO_ADMIN_HEALTH) {
-        int rc = source_resolve(s->d.src, m->u.admin.arg, m->u.admin.len, &a->norm, &a->root,
-                                err, sizeof(err));
+        rc = source_resolve(s->d.src, args.path, args.path_len, &a->norm, &a->root, err,
+                            sizeof(err));
         if (rc < 0) {
             reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc, err);
             free(a);
@@ -313,4 +436,3 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
     c->inflight++;
     workers_submit(s->d.w, &a->job, WQ_DEMAND);
 }
-

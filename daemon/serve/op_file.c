@@ -195,13 +195,21 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     workers_submit(s->d.w, &o->job, WQ_DEMAND);
 }
 
+/* With PROTO_F_NOREPLY nothing is sent, success or failure (a close of an
+ * unknown handle is only counted): the client does not wait for it. */
 void op_close(conn *c, const proto_msg *m, int *fds, int nfds)
 {
+    int quiet = (m->h.flags & PROTO_F_NOREPLY) != 0;
+
     (void)fds;
     (void)nfds;
     if (conn_drop_handle(c, m->u.handle) < 0) {
-        reply_error(c, PROTO_OP_CLOSE, m->h.req_id, -EBADF, "no such handle");
+        if (quiet)
+            c->srv->d.stats->request_errors++;
+        else
+            reply_error(c, PROTO_OP_CLOSE, m->h.req_id, -EBADF, "no such handle");
         return;
     }
-    reply_ok(c, PROTO_OP_CLOSE, m->h.req_id);
+    if (!quiet)
+        reply_ok(c, PROTO_OP_CLOSE, m->h.req_id);
 }

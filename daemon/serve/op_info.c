@@ -48,12 +48,13 @@ void op_stats(conn *c, const proto_msg *m, int *fds, int nfds)
     }
     server_snapshot(c->srv, &st);
 #define GR_STATS_PUT(kind, name, help) \
-    rc |= proto_stats_put(o->buf + PROTO_HDR_LEN, cap, &off, #name, st.name);
+    rc |= proto_rec_u64(o->buf + PROTO_HDR_LEN, cap, &off, #name, st.name);
     GR_STATS(GR_STATS_PUT)
 #undef GR_STATS_PUT
     if (rc < 0)                     /* only if the table outgrew a message */
         log_error("stats reply truncated");
-    proto_encode_hdr(o->buf, PROTO_OP_STATS, PROTO_F_REPLY, m->h.req_id, 0, (uint32_t)off);
+    proto_enc_records(o->buf, PROTO_HDR_LEN + cap, PROTO_OP_STATS, m->h.req_id,
+                      o->buf + PROTO_HDR_LEN, off);
     o->len = PROTO_HDR_LEN + off;
     o->iov[0].iov_len = o->len;
     conn_send(c, o);
