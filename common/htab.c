@@ -161,3 +161,45 @@ int gr__htab_walk(gr__htab *h, int (*cb)(void *arg, gr__hnode *n), void *arg)
     }
     return 0;
 }
+
+/* The first node at or after bucket (it->t, it->i), or NULL at the end. */
+static gr__hnode *iter_scan(gr__htab_iter *it)
+{
+    gr__htab *h = it->h;
+
+    for (; it->t < 2; it->t++, it->i = 0) {
+        if (!h->b[it->t])
+            continue;
+        if (it->t == 0 && h->b[1] && it->i < h->moved)
+            it->i = h->moved;
+        for (; it->i < h->nb[it->t]; it->i++) {
+            gr__hnode *n = h->b[it->t][it->i];
+            if (n) {
+                it->next = n->next;
+                it->i++;
+                return n;
+            }
+        }
+    }
+    return NULL;
+}
+
+gr__hnode *gr__htab_first(gr__htab *h, gr__htab_iter *it)
+{
+    it->h = h;
+    it->t = 0;
+    it->i = 0;
+    it->next = NULL;
+    return iter_scan(it);
+}
+
+gr__hnode *gr__htab_next(gr__htab_iter *it)
+{
+    gr__hnode *n = it->next;
+
+    if (n) {
+        it->next = n->next;
+        return n;
+    }
+    return iter_scan(it);
+}

@@ -73,6 +73,21 @@ static inline size_t gr__htab_count(const gr__htab *h)
  */
 int gr__htab_walk(gr__htab *h, int (*cb)(void *arg, gr__hnode *n), void *arg);
 
+/*
+ * Iteration as a loop: for (n = gr__htab_first(h, &it); n; n = gr__htab_next(&it)).
+ * The same rules as gr__htab_walk: the loop may remove the node it is at,
+ * nothing else in h.
+ */
+typedef struct gr__htab_iter {
+    gr__htab *h;
+    int t;                      /* array */
+    size_t i;                   /* bucket */
+    gr__hnode *next;            /* the node after the current one */
+} gr__htab_iter;
+
+gr__hnode *gr__htab_first(gr__htab *h, gr__htab_iter *it);
+gr__hnode *gr__htab_next(gr__htab_iter *it);
+
 /* Whether a move to a larger array is under way (for tests). */
 static inline int gr__htab_growing(const gr__htab *h)
 {

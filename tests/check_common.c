@@ -100,6 +100,38 @@ START_TEST(test_htab_reference)
 }
 END_TEST
 
+/* The loop form visits every node once, and may remove the current one. */
+START_TEST(test_htab_iter)
+{
+    enum { N = 3000 };
+    item *items = calloc(N, sizeof(*items));
+    char *seen = calloc(N, 1);
+    gr__htab h;
+    gr__htab_iter it;
+    size_t n = 0;
+
+    ck_assert_int_eq(gr__htab_init(&h, 16), 0);
+    ck_assert_ptr_null(gr__htab_first(&h, &it));
+    for (uint32_t i = 0; i < N; i++) {
+        items[i].key = i;
+        gr__htab_insert(&h, &items[i].hn, ihash(i));
+    }
+    for (gr__hnode *x = gr__htab_first(&h, &it); x; x = gr__htab_next(&it)) {
+        item *e = gr__container_of(x, item, hn);
+        ck_assert(!seen[e->key]);
+        seen[e->key] = 1;
+        n++;
+        if (e->key % 3 == 0)
+            gr__htab_remove(&h, x);
+    }
+    ck_assert_uint_eq(n, N);
+    ck_assert_uint_eq(gr__htab_count(&h), N - (N + 2) / 3);
+    gr__htab_fini(&h);
+    free(items);
+    free(seen);
+}
+END_TEST
+
 static int remove_odd(void *arg, gr__hnode *n)
 {
     item *it = gr__container_of(n, item, hn);
@@ -422,6 +454,7 @@ static Suite *common_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_htab_reference);
     tcase_add_test(tc, test_htab_walk_remove);
+    tcase_add_test(tc, test_htab_iter);
     tcase_add_test(tc, test_htab_incremental);
     tcase_add_test(tc, test_list);
     tcase_add_test(tc, test_ini);

@@ -1,10 +1,10 @@
 /*
  * dram.c - chunks and the DRAM tier (see dram.h).
  *
- * A chained hash table keyed by the chunk key finds chunks; arena chunks are
- * ordered by the tier's eviction policy (policy.h), heap chunks by a plain
- * LRU list of their own (the overflow).  The table doubles when it holds as
- * many chunks as buckets.  Room is made when a chunk is allocated, not when
+ * A hash table keyed by the chunk key finds chunks (common/htab.h: it grows
+ * in steps); arena chunks are ordered by the tier's eviction policy
+ * (policy.h), heap chunks by a plain LRU list of their own (the overflow).
+ * Room is made when a chunk is allocated, not when
  * it is put: the arena is the limit, and the policy is asked for victims
  * until a block frees up (a victim still leased frees nothing yet).
  */
@@ -23,10 +23,8 @@ struct dram {
     policy *pol;                /* orders the arena chunks held */
     uint64_t oused, ocap;       /* bytes of the heap chunks held, and their cap */
     uint64_t evictions, heap_fallbacks, not_admitted, prefetch_wasted;
-    size_t count;               /* chunks held, arena and heap */
-    chunk **buckets;
-    size_t nbuckets;            /* power of two */
-    chunk *ohead, *otail;       /* overflow LRU: head most recent */
+    gr__htab table;             /* chunks held, arena and heap, by key */
+    gr__list overflow;          /* the heap chunks held: head most recent */
     idset pins;                 /* ids of pinned files */
     uint64_t pinned_bytes;
 };
@@ -54,6 +52,7 @@ chunk *chunk_new(const uint8_t key[CHUNK_KEY_LEN], size_t cap)
     memcpy(c->key, key, CHUNK_KEY_LEN);
     c->cap = (uint32_t)rounded;
     c->refs = 1;
+    gr__list_init(&c->lru);
     return c;
 }
 
@@ -84,9 +83,9 @@ static uint64_t key_hash(const uint8_t *key)
     return XXH3_64bits(key, CHUNK_KEY_LEN);
 }
 
-static size_t bucket_of(const dram *d, const uint8_t *key)
+static int key_eq(const gr__hnode *n, const void *key)
 {
-    return (size_t)key_hash(key) & (d->nbuckets - 1);
+    return memcmp(gr__container_of(n, chunk, hn)->key, key, CHUNK_KEY_LEN) == 0;
 }
 
 int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
@@ -128,15 +127,25 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dra
         if (rc < 0)
             snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     }
-    d->nbuckets = 1024;
-    d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
-    if (rc == 0 && !d->buckets)
+    gr__list_init(&d->overflow);
+    if (rc == 0 && gr__htab_init(&d->table, 1024) < 0)
         rc = -ENOMEM;
     if (rc < 0) {
         dram_free(&d);
         return rc;
     }
     *out = d;
+    return 0;
+}
+
+/* gr__htab_walk: the pinned arena chunks' policy nodes. */
+static int collect_pinned(void *arg, gr__hnode *n)
+{
+    struct { policy_node **v; size_t n; } *acc = arg;
+    chunk *c = gr__container_of(n, chunk, hn);
+
+    if (c->ar && c->pinned)
+        acc->v[acc->n++] = &c->pn;
     return 0;
 }
 
@@ -154,13 +163,14 @@ int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen)
     }
     if (kind == policy_get_kind(d->pol))
         return 0;
-    pinned = malloc((d->count + 1) * sizeof(*pinned));
+    pinned = malloc((gr__htab_count(&d->table) + 1) * sizeof(*pinned));
     if (!pinned)
         return -ENOMEM;
-    for (size_t b = 0; b < d->nbuckets; b++)
-        for (chunk *c = d->buckets[b]; c; c = c->hnext)
-            if (c->ar && c->pinned)
-                pinned[n++] = &c->pn;
+    {
+        struct { policy_node **v; size_t n; } acc = { pinned, 0 };
+        gr__htab_walk(&d->table, collect_pinned, &acc);
+        n = acc.n;
+    }
     rc = policy_switch(&d->pol, kind, pinned, n);
     free(pinned);
     if (rc < 0)
@@ -173,51 +183,28 @@ arena *dram_arena(dram *d)
     return d->ar;
 }
 
-static void overflow_unlink(dram *d, chunk *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        d->ohead = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        d->otail = c->prev;
-    c->prev = c->next = NULL;
-}
-
-static void overflow_push(dram *d, chunk *c)
-{
-    c->next = d->ohead;
-    c->prev = NULL;
-    if (d->ohead)
-        d->ohead->prev = c;
-    else
-        d->otail = c;
-    d->ohead = c;
-}
-
 /* Remove c from the tier and drop the tier's reference. */
 static void dram_remove(dram *d, chunk *c)
 {
-    chunk **pp = &d->buckets[bucket_of(d, c->key)];
-
-    while (*pp != c)
-        pp = &(*pp)->hnext;
-    *pp = c->hnext;
-    c->hnext = NULL;
+    gr__htab_remove(&d->table, &c->hn);
     if (c->ar) {
         if (c->pinned)
             d->pinned_bytes -= c->cap;
         c->pinned = 0;
         policy_remove(d->pol, &c->pn);
     } else {
-        overflow_unlink(d, c);
+        gr__list_remove(&c->lru);
         d->oused -= c->cap;
     }
     c->in_tier = 0;
-    d->count--;
     chunk_unref(&c);
+}
+
+/* gr__htab_walk: remove every chunk (dram_free). */
+static int remove_all(void *arg, gr__hnode *n)
+{
+    dram_remove(arg, gr__container_of(n, chunk, hn));
+    return 0;
 }
 
 /* The chunk that embeds policy node n. */
@@ -232,24 +219,21 @@ void dram_free(dram **dp)
 
     if (!d)
         return;
-    if (d->buckets)
-        for (size_t i = 0; i < d->nbuckets; i++)
-            while (d->buckets[i])
-                dram_remove(d, d->buckets[i]);
+    if (d->table.b[0])
+        gr__htab_walk(&d->table, remove_all, d);
     policy_free(&d->pol);
     arena_free(&d->ar);
     idset_clear(&d->pins);
-    free(d->buckets);
+    gr__htab_fini(&d->table);
     free(d);
     *dp = NULL;
 }
 
-static chunk *dram_find(const dram *d, const uint8_t key[CHUNK_KEY_LEN])
+static chunk *dram_find(dram *d, const uint8_t key[CHUNK_KEY_LEN])
 {
-    for (chunk *c = d->buckets[bucket_of(d, key)]; c; c = c->hnext)
-        if (memcmp(c->key, key, CHUNK_KEY_LEN) == 0)
-            return c;
-    return NULL;
+    gr__hnode *n = gr__htab_find(&d->table, key_hash(key), key_eq, key);
+
+    return n ? gr__container_of(n, chunk, hn) : NULL;
 }
 
 chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
@@ -261,8 +245,8 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
     if (c->ar) {
         policy_hit(d->pol, &c->pn);
     } else {
-        overflow_unlink(d, c);
-        overflow_push(d, c);
+        gr__list_remove(&c->lru);
+        gr__list_push_front(&d->overflow, &c->lru);
     }
     return chunk_ref(c);
 }
@@ -270,28 +254,6 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
 chunk *dram_peek(dram *d, const uint8_t key[CHUNK_KEY_LEN])
 {
     return dram_find(d, key);
-}
-
-static void dram_grow(dram *d)
-{
-    size_t nb = d->nbuckets * 2;
-    chunk **b = calloc(nb, sizeof(*b));
-
-    if (!b)
-        return;                         /* longer chains, still correct */
-    for (size_t i = 0; i < d->nbuckets; i++) {
-        chunk *c = d->buckets[i];
-        while (c) {
-            chunk *next = c->hnext;
-            size_t k = (size_t)key_hash(c->key) & (nb - 1);
-            c->hnext = b[k];
-            b[k] = c;
-            c = next;
-        }
-    }
-    free(d->buckets);
-    d->buckets = b;
-    d->nbuckets = nb;
 }
 
 /* Block size arena_alloc would give for len bytes (for the policy). */
@@ -353,6 +315,7 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
     }
     memcpy(c->key, key, CHUNK_KEY_LEN);
     c->refs = 1;
+    gr__list_init(&c->lru);
     c->ar = d->ar;
     c->blk = blk;
     c->data = blk.ptr;
@@ -364,7 +327,6 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
 void dram_put(dram *d, chunk *c)
 {
     chunk *old = dram_find(d, c->key);
-    size_t k;
 
     if (old == c)
         return;
@@ -386,69 +348,82 @@ void dram_put(dram *d, chunk *c)
         if (c->cap > d->ocap)
             return;
         while (d->oused + c->cap > d->ocap) {
-            if (d->otail->prefetched)
+            chunk *tail = gr__list_entry(gr__list_last(&d->overflow), chunk, lru);
+            if (tail->prefetched)
                 d->prefetch_wasted++;
-            dram_remove(d, d->otail);
+            dram_remove(d, tail);
         }
         d->oused += c->cap;
-        overflow_push(d, c);
+        gr__list_push_front(&d->overflow, &c->lru);
     }
-    if (d->count >= d->nbuckets)
-        dram_grow(d);
-    k = bucket_of(d, c->key);
-    c->hnext = d->buckets[k];
-    d->buckets[k] = chunk_ref(c);
+    gr__htab_insert(&d->table, &chunk_ref(c)->hn, key_hash(c->key));
     c->in_tier = 1;
-    d->count++;
+}
+
+/* A walk over the tier's chunks that drops or pins those a predicate picks. */
+typedef struct tier_walk {
+    dram *d;
+    const uint8_t *prefix;      /* drop_prefix: plen bytes */
+    size_t plen;
+    idset *batch;               /* drop_files, pin_files: the file ids */
+    int pin;                    /* pin_files: -1 drop, 0 unpin, 1 pin */
+    long n;
+} tier_walk;
+
+static int walk_prefix(void *arg, gr__hnode *hn)
+{
+    tier_walk *w = arg;
+    chunk *c = gr__container_of(hn, chunk, hn);
+
+    if (memcmp(c->key, w->prefix, w->plen) == 0) {
+        dram_remove(w->d, c);
+        w->n++;
+    }
+    return 0;
+}
+
+static int walk_files(void *arg, gr__hnode *hn)
+{
+    tier_walk *w = arg;
+    chunk *c = gr__container_of(hn, chunk, hn);
+
+    if (!idset_has(w->batch, c->key))
+        return 0;
+    if (w->pin < 0)
+        dram_remove(w->d, c);
+    else if (c->ar && !c->holds)
+        set_pinned(w->d, c, w->pin);
+    w->n++;
+    return 0;
 }
 
 long dram_drop_prefix(dram *d, const uint8_t *prefix, size_t plen)
 {
-    long n = 0;
+    tier_walk w = { .d = d, .prefix = prefix, .plen = plen };
 
-    for (size_t i = 0; i < d->nbuckets; i++) {
-        chunk *c = d->buckets[i];
-        while (c) {
-            chunk *next = c->hnext;
-            if (memcmp(c->key, prefix, plen) == 0) {
-                dram_remove(d, c);
-                n++;
-            }
-            c = next;
-        }
-    }
-    return n;
+    gr__htab_walk(&d->table, walk_prefix, &w);
+    return w.n;
 }
 
 long dram_drop_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n)
 {
     idset batch = { NULL, 0, 0 };
-    long dropped = 0;
+    tier_walk w = { .d = d, .batch = &batch, .pin = -1 };
 
     for (size_t i = 0; i < n; i++)
         if (idset_add(&batch, ids[i]) < 0) {
             idset_clear(&batch);
             return -ENOMEM;
         }
-    for (size_t b = 0; b < d->nbuckets; b++) {
-        chunk *c = d->buckets[b];
-        while (c) {
-            chunk *next = c->hnext;
-            if (idset_has(&batch, c->key)) {
-                dram_remove(d, c);
-                dropped++;
-            }
-            c = next;
-        }
-    }
+    gr__htab_walk(&d->table, walk_files, &w);
     idset_clear(&batch);
-    return dropped;
+    return w.n;
 }
 
 long dram_pin_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pinned)
 {
     idset batch = { NULL, 0, 0 };
-    long held = 0;
+    tier_walk w = { .d = d, .batch = &batch, .pin = !!pinned };
 
     for (size_t i = 0; i < n; i++) {
         if (idset_add(&batch, ids[i]) < 0 || (pinned && idset_add(&d->pins, ids[i]) < 0)) {
@@ -458,15 +433,9 @@ long dram_pin_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pi
         if (!pinned)
             idset_del(&d->pins, ids[i]);
     }
-    for (size_t b = 0; b < d->nbuckets; b++)
-        for (chunk *c = d->buckets[b]; c; c = c->hnext)
-            if (idset_has(&batch, c->key)) {
-                if (c->ar && !c->holds)
-                    set_pinned(d, c, pinned);
-                held++;
-            }
+    gr__htab_walk(&d->table, walk_files, &w);
     idset_clear(&batch);
-    return held;
+    return w.n;
 }
 
 void dram_hold(dram *d, chunk *c)
@@ -489,7 +458,7 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->capacity_bytes = as.capacity_bytes + d->ocap;
     out->used_bytes = as.used_bytes + d->oused;
     out->cached_bytes = policy_used(d->pol) + d->oused;
-    out->chunks = d->count;
+    out->chunks = gr__htab_count(&d->table);
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;
     out->not_admitted = d->not_admitted;

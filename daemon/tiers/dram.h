@@ -31,6 +31,8 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "htab.h"
+#include "list.h"
 #include "idset.h"
 #include "policy.h"
 
@@ -44,9 +46,9 @@ struct chunk {
     uint8_t *data;          /* 4096-aligned, so O_DIRECT can use it */
     arena *ar;              /* the arena of blk, NULL for a heap chunk */
     arena_block blk;        /* where data lives when ar is set */
-    chunk *hnext;           /* tier hash chain */
+    gr__hnode hn;           /* the tier's table */
     policy_node pn;         /* the tier's eviction policy (arena chunks) */
-    chunk *prev, *next;     /* the overflow's LRU list (heap chunks) */
+    gr__list lru;           /* the overflow's LRU list (heap chunks), head most recent */
     int in_tier;
     int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
     int pinned;             /* pinned in the policy: never evicted */

@@ -139,79 +139,41 @@ int nvme__class_for(const nvme_tier *s, uint64_t alen)
 
 /* ---- hash table and policy (all _locked) ---- */
 
-static st_entry **st_bucket_locked(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
+static int st_key_eq(const gr__hnode *n, const void *key)
 {
-    return &s->tab[st_hash(key) & s->tabmask];
+    return memcmp(gr__container_of(n, st_entry, hn)->key, key, CHUNK_KEY_LEN) == 0;
 }
 
 st_entry *nvme__find_locked(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN])
 {
-    st_entry *e;
+    gr__hnode *n = gr__htab_find(&s->table, st_hash(key), st_key_eq, key);
 
-    for (e = *st_bucket_locked(s, key); e; e = e->hnext)
-        if (memcmp(e->key, key, CHUNK_KEY_LEN) == 0)
-            return e;
-    return NULL;
-}
-
-/* Double the bucket array when the load passes 1.  Failure to grow only
- * makes chains longer. */
-static void st_grow_locked(nvme_tier *s)
-{
-    size_t n = (s->tabmask + 1) * 2;
-    st_entry **t;
-
-    if (s->count < s->tabmask + 1 || !(t = calloc(n, sizeof(*t))))
-        return;
-    for (size_t i = 0; i <= s->tabmask; i++) {
-        st_entry *e = s->tab[i], *next;
-        for (; e; e = next) {
-            size_t b = st_hash(e->key) & (n - 1);
-            next = e->hnext;
-            e->hnext = t[b];
-            t[b] = e;
-        }
-    }
-    free(s->tab);
-    s->tab = t;
-    s->tabmask = n - 1;
+    return n ? gr__container_of(n, st_entry, hn) : NULL;
 }
 
 /* Link a new entry (key not present) into the table; the caller also
  * inserts it into the policy (at open, only once all are loaded). */
 void nvme__link_locked(nvme_tier *s, st_entry *e)
 {
-    st_entry **b;
-
-    st_grow_locked(s);
-    b = st_bucket_locked(s, e->key);
-    e->hnext = *b;
-    *b = e;
-    s->count++;
+    gr__htab_insert(&s->table, &e->hn, st_hash(e->key));
 }
 
 /* Take e out of the table (not out of the policy) and mark it dead. */
 void nvme__unhash_locked(nvme_tier *s, st_entry *e)
 {
-    st_entry **p = st_bucket_locked(s, e->key);
-
-    while (*p != e)
-        p = &(*p)->hnext;
-    *p = e->hnext;
-    e->hnext = NULL;
-    s->count--;
+    gr__htab_remove(&s->table, &e->hn);
     e->dead = 1;
 }
 
-/* Every entry of the table, in no particular order, into v (s->count + 1
+/* Every entry of the table, in no particular order, into v (count + 1
  * slots).  Returns how many. */
 size_t nvme__collect_locked(nvme_tier *s, st_entry **v)
 {
+    gr__htab_iter it;
     size_t n = 0;
 
-    for (size_t i = 0; i <= s->tabmask; i++)
-        for (st_entry *e = s->tab[i]; e; e = e->hnext)
-            v[n++] = e;
+    for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it))
+        v[n++] = gr__container_of(x, st_entry, hn);
     return n;
 }
 
@@ -685,7 +647,7 @@ int nvme__make_room_locked(nvme_tier *s, uint64_t need)
             continue;
         }
         can_compact = s->garbage_settled > 0 && !s->compacting;
-        if (can_compact && (!s->count || s->garbage >= st_compact_thr_locked(s)))
+        if (can_compact && (!gr__htab_count(&s->table) || s->garbage >= st_compact_thr_locked(s)))
             nvme__compact_locked(s);
         else if (s->pending_free || s->garbage != s->garbage_settled || s->compacting ||
                  s->inflight) {
@@ -1018,9 +980,10 @@ static long st_drop_matching(nvme_tier *s, st_match_fn match, const void *arg)
     long dropped = 0;
 
     pthread_mutex_lock(&s->lock);
-    for (size_t b = 0; b <= s->tabmask; b++) {
-        for (st_entry *e = s->tab[b], *next; e; e = next) {
-            next = e->hnext;
+    {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it)) {
+            st_entry *e = gr__container_of(x, st_entry, hn);
             if (!match(e, arg))
                 continue;
             if (n == cap) {
@@ -1102,12 +1065,16 @@ long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[FILE_ID_LEN], size_t n, i
         if (!pinned)
             idset_del(&s->pins, ids[i]);
     }
-    for (size_t b = 0; b <= s->tabmask; b++)
-        for (st_entry *e = s->tab[b]; e; e = e->hnext)
+    {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it)) {
+            st_entry *e = gr__container_of(x, st_entry, hn);
             if (idset_has(&batch, e->key)) {
                 st_set_pinned_locked(s, e, pinned);
                 held++;
             }
+        }
+    }
 out:
     nvme__unlock(s);
     idset_clear(&batch);
@@ -1126,15 +1093,19 @@ int nvme_set_policy(nvme_tier *s, const char *policy_name)
     pthread_mutex_lock(&s->lock);
     if (kind == policy_get_kind(s->pol))
         goto out;
-    pinned = malloc((s->count + 2) * sizeof(*pinned));
+    pinned = malloc((gr__htab_count(&s->table) + 2) * sizeof(*pinned));
     if (!pinned) {
         rc = -ENOMEM;
         goto out;
     }
-    for (size_t b = 0; b <= s->tabmask; b++)
-        for (st_entry *e = s->tab[b]; e; e = e->hnext)
+    {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it)) {
+            st_entry *e = gr__container_of(x, st_entry, hn);
             if (e->pinned)
                 pinned[n++] = &e->pn;
+        }
+    }
     if (s->gpn_in)
         pinned[n++] = &s->gpn;          /* the garbage pseudo-entry stays pinned */
     rc = policy_switch(&s->pol, kind, pinned, n);
@@ -1152,7 +1123,7 @@ void nvme__publish_locked(nvme_tier *s)
 
     st.capacity_bytes = s->capacity;
     st.used_bytes = st_used_locked(s);
-    st.chunks = s->count;
+    st.chunks = gr__htab_count(&s->table);
     st.pinned_bytes = s->pinned_bytes;
     st.state = s->state;
     memcpy(w, &st, sizeof(st));
@@ -1268,8 +1239,10 @@ static void st_writeback_atimes(nvme_tier *s)
     int n = 0;
 
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i <= s->tabmask; i++) {
-        for (st_entry *e = s->tab[i]; e; e = e->hnext) {
+    {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it)) {
+            st_entry *e = gr__container_of(x, st_entry, hn);
             uint8_t k[ST_DBKEY_LEN], v[8];
             uint64_t add = e->has_arec ? 2 * ST_AREC_BYTES : 2 * (ST_AREC_BYTES + ST_TOMB_BYTES);
 
@@ -1335,14 +1308,11 @@ void nvme_close(nvme_tier **sp)
     free(s->cls);
     policy_free(&s->pol);
     idset_clear(&s->pins);
-    if (s->tab) {
-        for (size_t i = 0; i <= s->tabmask; i++) {
-            for (st_entry *e = s->tab[i], *next; e; e = next) {
-                next = e->hnext;
-                free(e);
-            }
-        }
-        free(s->tab);
+    if (s->table.b[0]) {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it))
+            free(gr__container_of(x, st_entry, hn));
+        gr__htab_fini(&s->table);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cv);
         for (int i = 0; i < ST_STRIPES; i++)

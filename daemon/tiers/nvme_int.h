@@ -17,6 +17,7 @@
 #include <rocksdb/c.h>
 #include <xxhash.h>
 
+#include "htab.h"
 #include "policy.h"
 #include "idset.h"
 #include "nvme.h"
@@ -46,7 +47,7 @@
 
 typedef struct st_entry {
     uint8_t key[CHUNK_KEY_LEN];
-    struct st_entry *hnext;             /* hash chain */
+    gr__hnode hn;                       /* s->table (the hash is kept: +8 bytes, no rehashing) */
     policy_node pn;                     /* in s->pol while in the table (after open) */
     uint64_t csum;                      /* XXH3-64 of the chunk bytes */
     uint64_t atime;                     /* last access, ns; the policy's order at open */
@@ -88,9 +89,7 @@ struct nvme_tier {
     pthread_mutex_t lock;
     pthread_cond_t cv;                  /* broadcast when space comes back */
     /* Everything below is guarded by lock. */
-    st_entry **tab;                     /* hash buckets, tabmask + 1 of them */
-    size_t tabmask;
-    uint64_t count;                     /* entries in the table */
+    gr__htab table;                     /* the index: key -> entry (grows in steps) */
     policy *pol;                        /* every entry in the table, + gpn */
     policy_node gpn;                    /* pinned pseudo-entry of gpn.size garbage bytes */
     idset pins;                         /* ids (key prefixes) of pinned files, not persisted */
@@ -218,7 +217,7 @@ void nvme__link_locked(nvme_tier *s, st_entry *e);
 /* Take e out of the table (not out of the policy) and mark it dead. */
 void nvme__unhash_locked(nvme_tier *s, st_entry *e);
 
-/* Every entry of the table, in no particular order, into v (s->count
+/* Every entry of the table, in no particular order, into v (count
  * slots at least).  Returns how many. */
 size_t nvme__collect_locked(nvme_tier *s, st_entry **v);
 

@@ -429,7 +429,7 @@ static void st_drop_at_open(nvme_tier *s, st_dels *d, st_entry *e)
  */
 static int st_rebuild(nvme_tier *s, st_dels *d, char *err, size_t errlen)
 {
-    st_entry **v = malloc((s->count + 1) * sizeof(*v));
+    st_entry **v = malloc((gr__htab_count(&s->table) + 1) * sizeof(*v));
     size_t n = 0, i = 0, all;
 
     if (!v) {
@@ -492,9 +492,13 @@ static void st_measure_garbage(nvme_tier *s, uint64_t tombs)
 {
     uint64_t sst = 0, live = 0;
 
-    for (size_t i = 0; i <= s->tabmask; i++)
-        for (st_entry *e = s->tab[i]; e; e = e->hnext)
+    {
+        gr__htab_iter it;
+        for (gr__hnode *x = gr__htab_first(&s->table, &it); x; x = gr__htab_next(&it)) {
+            st_entry *e = gr__container_of(x, st_entry, hn);
             live += ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + (e->has_arec ? ST_AREC_BYTES : 0);
+        }
+    }
 
     if (rocksdb_property_int(s->db, "rocksdb.total-sst-files-size", &sst) != 0)
         sst = 0;
@@ -533,12 +537,11 @@ int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
         return -EINVAL;
     }
     if (!(s = calloc(1, sizeof(*s))) || !(s->path = strdup(cfg->path)) ||
-        !(s->tab = calloc(1024, sizeof(*s->tab)))) {
+        gr__htab_init(&s->table, 1024) < 0) {
         rc = -ENOMEM;
         snprintf(err, errlen, "nvme: out of memory");
         goto fail;
     }
-    s->tabmask = 1023;
     s->capacity = cfg->capacity;
     s->inline_max = cfg->inline_max;
     s->max_chunk = cfg->max_chunk;
