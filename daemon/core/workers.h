@@ -15,14 +15,18 @@
 
 #include <event2/event.h>
 
+#include "list.h"
+
 typedef enum { WQ_DEMAND = 0, WQ_BACKGROUND = 1, WQ_NQUEUES } wq_prio;
 
 typedef struct wq_job wq_job;
 struct wq_job {
     void (*run)(wq_job *j);     /* worker thread */
     void (*done)(wq_job *j);    /* loop thread, after run (or instead of it, see cancelled) */
-    wq_job *next;               /* queue link, owned by the pool */
+    gr__list link;              /* queue link, owned by the pool */
     int cancelled;              /* set when workers_stop dropped the job before it ran */
+    int running;                /* the pool's: taken by a thread, done() not yet run */
+    int prio;                   /* the pool's: the queue it was submitted to */
 };
 
 typedef struct workers workers;
@@ -36,8 +40,8 @@ int workers_start(struct event_base *base, int nthreads, workers **out);
 void workers_submit(workers *w, wq_job *j, wq_prio prio);
 
 /* Move j, queued as WQ_BACKGROUND and not yet started, to the end of the
- * demand queue (a client now waits on it).  1 if moved, 0 if it had started
- * or finished already. */
+ * demand queue (a client now waits on it), in O(1).  1 if moved, 0 if it
+ * had started or finished already. */
 int workers_promote(workers *w, wq_job *j);
 
 /* Jobs queued and not yet started, per queue (for stats). */

@@ -72,10 +72,7 @@ conn *conn_new(server *s, int fd, const peer_cred *cred, int is_admin)
         return NULL;
     }
     c->reading = 1;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    gr__list_push_front(&s->conns, &c->link);
     s->nconns++;
     s->d.stats->connections = s->nconns;
     s->d.stats->connections_total++;
@@ -421,12 +418,7 @@ void conn_close(conn *c)
     hint_list_free(&c->hints);
     for (uint32_t l = 1; l <= c->nleases; l++)
         conn_release_lease(c, l);     /* a client that goes away releases everything */
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    gr__list_remove(&c->link);
     s->nconns--;
     s->d.stats->connections = s->nconns;
     conn_unref(&c);

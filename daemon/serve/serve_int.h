@@ -29,6 +29,7 @@
 
 #include "proto.h"
 #include "server.h"
+#include "list.h"
 #include "usock.h"
 
 #define CONN_MAX_HANDLES   4096          /* open files per connection */
@@ -89,14 +90,14 @@ struct conn {
     uint32_t *segs_sent;        /* per arena segment: the generation whose fd was sent, 0 none */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
-    conn *prev, *next;
+    gr__list link;              /* srv->conns */
 };
 
 struct server {
     server_deps d;
     gr__listener lis;
     struct event *lev;
-    conn *conns;
+    gr__list conns;             /* every live connection */
     unsigned nconns, next_id;
     gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
     uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */

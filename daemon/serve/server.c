@@ -19,12 +19,12 @@
 #define LISTEN_BACKLOG 512
 
 /* Connections open for uid. */
-static unsigned uid_conns(const server *s, uid_t uid)
+static unsigned uid_conns(server *s, uid_t uid)
 {
     unsigned n = 0;
 
-    for (const conn *c = s->conns; c; c = c->next)
-        n += c->cred.uid == uid;
+    for (gr__list *l = gr__list_first(&s->conns); l; l = gr__list_next(&s->conns, l))
+        n += gr__list_entry(l, conn, link)->cred.uid == uid;
     return n;
 }
 
@@ -141,6 +141,7 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         return -ENOMEM;
     s->d = *deps;
     s->lis.fd = -1;
+    gr__list_init(&s->conns);
     s->admin_gid = (gid_t)-1;
     if (deps->cfg->admin_group[0]) {
         struct group *g = getgrnam(deps->cfg->admin_group);
@@ -175,8 +176,8 @@ void server_shutdown(server *s)
         s->lev = NULL;
     }
     gr__unix_close(&s->lis);
-    while (s->conns)
-        conn_close(s->conns);
+    for (gr__list *l; (l = gr__list_first(&s->conns));)
+        conn_close(gr__list_entry(l, conn, link));
 }
 
 void server_free(server **sp)

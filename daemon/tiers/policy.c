@@ -141,27 +141,22 @@ static const char *const kind_names[POLICY_NKINDS] = {
 
 static void pl_init(policy_link *l)
 {
-    l->prev = l->next = l;
+    gr__list_init(l);
 }
 
 static int pl_empty(const policy_link *l)
 {
-    return l->next == l;
+    return gr__list_empty(l);
 }
 
 static void pl_push_head(policy_link *l, policy_node *n)
 {
-    n->link.next = l->next;
-    n->link.prev = l;
-    l->next->prev = &n->link;
-    l->next = &n->link;
+    gr__list_push_front(l, &n->link);
 }
 
 static void pl_unlink(policy_node *n)
 {
-    n->link.prev->next = n->link.next;
-    n->link.next->prev = n->link.prev;
-    n->link.prev = n->link.next = NULL;
+    gr__list_remove(&n->link);
 }
 
 static policy_node *node_of(policy_link *l)

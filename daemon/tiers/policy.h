@@ -53,6 +53,8 @@
 
 #include <stdint.h>
 
+#include "list.h"
+
 typedef enum policy_kind {
     POLICY_LRU,
     POLICY_LFU,
@@ -64,9 +66,8 @@ typedef enum policy_kind {
 
 typedef struct policy policy;
 
-typedef struct policy_link {
-    struct policy_link *prev, *next;
-} policy_link;
+/* The policies' queues, buckets and pinned list: the common list. */
+typedef gr__list policy_link;
 
 /*
  * Embedded in each tier entry.  The caller sets key_hash and size (with
