@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "granary.h"
 #include "kv.h"
 #include "util.h"
@@ -87,10 +88,7 @@ typedef struct result {
 
 static double now(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return gr__now_s();
 }
 
 static void key_of(char *key, size_t len, size_t size, uint64_t i)

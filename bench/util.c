@@ -4,14 +4,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
+#include "size.h"
 #include "util.h"
 
 uint64_t now_ns(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return gr__now_ns();
 }
 
 uint64_t xorshift(uint64_t *s)
@@ -26,14 +25,7 @@ uint64_t xorshift(uint64_t *s)
 
 size_t parse_size(const char *s)
 {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 0);
+    uint64_t v;
 
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
-    }
-    return (size_t)v;
+    return gr__size_parse(s, &v) == 0 ? (size_t)v : 0;
 }

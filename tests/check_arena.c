@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "fdpass.h"
 
 #ifdef ARENA_SANE
 int arena_sane(const arena *a);     /* arena.c, only with -DARENA_SANE */
@@ -72,28 +73,14 @@ static uint64_t rnd(uint64_t *s)
  * segment to a client; returns the received descriptor. */
 static int pass_fd(int fd)
 {
-    int sv[2], got = -1;
-    char byte = 'x', cbuf[CMSG_SPACE(sizeof(int))];
+    int sv[2], got = -1, n = 0;
+    char byte = 'x';
     struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-                        .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-    struct cmsghdr *c;
 
-    memset(cbuf, 0, sizeof(cbuf));
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    ck_assert_int_eq(sendmsg(sv[0], &m, 0), 1);
-    memset(cbuf, 0, sizeof(cbuf));
-    m.msg_controllen = sizeof(cbuf);
-    ck_assert_int_eq(recvmsg(sv[1], &m, MSG_CMSG_CLOEXEC), 1);
-    c = CMSG_FIRSTHDR(&m);
-    ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(c->cmsg_type, SCM_RIGHTS);
-    memcpy(&got, CMSG_DATA(c), sizeof(int));
+    ck_assert_int_eq(gr__send_fds(sv[0], &iov, 1, &fd, 1, 0), 1);
+    ck_assert_int_eq(gr__recv_fds(sv[1], &byte, 1, &got, 1, &n, 0, NULL), 1);
+    ck_assert_int_eq(n, 1);
     close(sv[0]);
     close(sv[1]);
     ck_assert_int_ge(got, 0);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "dram.h"
 #include "fetch.h"
@@ -129,7 +130,7 @@ static void rig_init(rig *r)
     source_backend(r->src, &chain[2]);
     ck_assert_int_eq(fetcher_new(r->d, chain, 3, r->sc, r->w, &r->stats, 4u << 20, &r->fx), 0);
     ck_assert_int_eq(source_stat(r->src, r->path, 0, &st, err, sizeof(err)), 0);
-    r->f = source_install(r->src, strdup(r->path), 0, &st, source_now());
+    r->f = source_install(r->src, strdup(r->path), 0, &st, gr__now_s());
     ck_assert_ptr_nonnull(r->f);
 }
 

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "granary.h"
 #include "testutil.h"
 
@@ -50,10 +51,7 @@ static char *src_path(const char *name)
 
 static double now_s(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return gr__now_s();
 }
 
 /* SIGKILL the daemon (no clean shutdown: the socket file stays). */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dram.h"
 #include "config.h"
 #include "fetch.h"
@@ -107,7 +108,7 @@ static void rig_init(rig *s, unsigned max_inflight)
         ck_assert_int_eq(fetcher_new(s->d, chain, 1, s->sc, s->w, &s->stats, 1u << 20, &s->fx), 0);
     }
     ck_assert_int_eq(source_stat(s->src, path, 0, &st, err, sizeof(err)), 0);
-    s->f = source_install(s->src, strdup(path), 0, &st, source_now());
+    s->f = source_install(s->src, strdup(path), 0, &st, gr__now_s());
     ck_assert_ptr_nonnull(s->f);
 }
 

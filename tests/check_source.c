@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "source.h"
 #include "testutil.h"
 
@@ -153,7 +154,7 @@ START_TEST(test_read_chunks_and_identity)
     tu_write_pattern(p, 5, 65536 * 2 + 10);
     ck_assert_int_eq(resolve(p, &norm, &root), 0);
     ck_assert_int_eq(source_stat(src, norm, root, &st, err, sizeof(err)), 0);
-    f = source_install(src, norm, root, &st, source_now());
+    f = source_install(src, norm, root, &st, gr__now_s());
     ck_assert_ptr_nonnull(f);
     ck_assert_uint_eq(f->chunk_size, 65536);
     ck_assert_uint_eq(srcfile_chunk_len(f, 0), 65536);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "fdpass.h"
 #include "proto.h"
 
 static int failures;
@@ -60,29 +61,13 @@ static int raw_connect(const char *sock)
 static int raw_open(int s, const char *path, int proof)
 {
     static uint8_t buf[PROTO_MAX_MSG];
-    union {
-        char c[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
     struct iovec iov = { buf, 0 };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
     proto_msg m;
     size_t used;
     ssize_t n = proto_enc_open(buf, sizeof(buf), 2, path, strlen(path));
 
     iov.iov_len = (size_t)n;
-    if (proof >= 0) {
-        struct cmsghdr *cm;
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.c;
-        mh.msg_controllen = sizeof(ctl.c);
-        cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &proof, sizeof(int));
-    }
-    if (sendmsg(s, &mh, 0) != n)
+    if (gr__send_fds(s, &iov, 1, &proof, proof >= 0, 0) != n)
         return -EIO;
     n = recv(s, buf, sizeof(buf), 0);
     if (n <= 0 || proto_decode(buf, (size_t)n, &m, &used) != 0)
@@ -95,22 +80,13 @@ static int raw_open(int s, const char *path, int proof)
 static int raw_readx_fds(int s, uint32_t handle, int *fds)
 {
     static uint8_t buf[PROTO_MAX_MSG];
-    union {
-        char c[CMSG_SPACE(sizeof(int) * PROTO_MAX_EXTENTS)];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = { buf, sizeof(buf) };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = ctl.c, .msg_controllen = sizeof(ctl.c) };
     proto_read r = { handle, 1 << 20, 0 };
     ssize_t n = proto_enc_readx(buf, sizeof(buf), 3, &r);
     int nf = 0;
 
-    if (send(s, buf, (size_t)n, 0) != n || recvmsg(s, &mh, 0) <= 0)
+    if (send(s, buf, (size_t)n, 0) != n ||
+        gr__recv_fds(s, buf, sizeof(buf), fds, 8, &nf, 0, NULL) <= 0)
         return 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nf < 8; k++)
-            memcpy(&fds[nf++], CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
     return nf;
 }
 

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "granary.h"
 #include "proto.h"
 
@@ -34,10 +35,7 @@ static atomic_ullong n_reads, n_bytes, n_errors, n_wrong;
 
 static double now_s(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return gr__now_s();
 }
 
 static void *reader(void *arg)

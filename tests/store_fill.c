@@ -17,14 +17,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "nvme.h"
 
 static double now_s(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return gr__now_s();
 }
 
 int main(int argc, char **argv)

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "granary.h"
 
 typedef struct tfile {
@@ -49,10 +50,7 @@ static uint64_t rnd(void)
 
 static double now_s(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return gr__now_s();
 }
 
 static uint64_t errs_by[134];

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "log.h"
 #include "prefetch.h"
 
@@ -597,7 +598,7 @@ static void batch_done(wq_job *j)
 {
     hint_batch *b = (hint_batch *)j;
     hint_list *l = b->l;
-    double now = source_now();
+    double now = gr__now_s();
 
     for (size_t i = 0; i < b->n; i++) {
         bitem *it = &b->items[i];
@@ -624,7 +625,7 @@ int hint_list_append(hint_list *l, const proto_msg *m)
     hint_batch *b;
     size_t off = 0, i = 0;
     int need_stat = 0;
-    double now = source_now();
+    double now = gr__now_s();
 
     if (m->u.hint.flags & PROTO_HINT_CLEAR)
         list_clear(l);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "warmup.h"
 
@@ -348,7 +349,7 @@ static void warm_dram(wjob *j, const wpath *p, const wres *r)
 
     if (!norm)
         return;
-    f = source_install(wu->src, norm, p->root, &r->st, source_now());
+    f = source_install(wu->src, norm, p->root, &r->st, gr__now_s());
     if (!f)
         return;
     for (uint64_t i = 0; i < r->nchunks; i++) {
@@ -479,7 +480,7 @@ static void job_timer(evutil_socket_t fd, short what, void *arg)
 static void job_finish(wjob *j, int state)
 {
     j->state = state;
-    j->ended = source_now();
+    j->ended = gr__now_s();
     q_clear(&j->files);
     q_clear(&j->dirs);
     if (j->timer)
@@ -499,7 +500,7 @@ static void job_pump(wjob *j)
     while (j->active < JOB_MAX_TASKS && (j->files.n || j->dirs.n)) {
         int list;
         if (j->bw) {
-            double ahead = (double)j->bytes / (double)j->bw - (source_now() - j->started);
+            double ahead = (double)j->bytes / (double)j->bw - (gr__now_s() - j->started);
             if (ahead > 0) {
                 struct timeval tv = { (time_t)ahead, (suseconds_t)((ahead - (double)(time_t)ahead) * 1e6) };
                 if (!j->timer)
@@ -565,7 +566,7 @@ static wjob *job_new(warmup *wu, uint32_t id, uint64_t bw)
     j->wu = wu;
     j->id = id;
     j->bw = bw;
-    j->started = source_now();
+    j->started = gr__now_s();
     for (jp = &wu->jobs; *jp; jp = &(*jp)->next)
         ;
     *jp = j;
@@ -622,7 +623,7 @@ unsigned warmup_active(const warmup *wu)
 
 int warmup_each(warmup *wu, int (*cb)(void *arg, const warmup_info *j), void *arg)
 {
-    double now = source_now();
+    double now = gr__now_s();
 
     for (wjob *j = wu->jobs; j; j = j->next) {
         warmup_info in = {

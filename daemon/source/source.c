@@ -62,14 +62,6 @@ struct source {
     size_t attr_max;
 };
 
-double source_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int source_new(const gr_config *cfg, source **out)
 {
     source *s = calloc(1, sizeof(*s));

@@ -159,7 +159,5 @@ uint64_t srcfile_chunk_len(const srcfile *f, uint64_t idx);
  * a stripe of 64K or more that fits chunk_size, else chunk_size.  Pure. */
 uint64_t source_chunk_size(uint64_t chunk_size, uint64_t blksize);
 
-/* Monotonic clock in seconds. */
-double source_now(void);
 
 #endif
