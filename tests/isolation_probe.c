@@ -4,6 +4,10 @@
  * granaryd that another user has cached that file in.
  *
  *   isolation_probe SOCKET SECRET_PATH PUBLIC_PATH NEEDLE
+ *   isolation_probe hint-scan SOCKET SECRET_PATH PUBLIC_PATH NEEDLE
+ *   isolation_probe read-plain SOCKET PATH
+ *   isolation_probe open-status SOCKET PATH
+ *   isolation_probe hint-bomb SOCKET PATH NCONN HOLD_MS
  *
  * SECRET_PATH is another user's 0600 file whose bytes contain NEEDLE;
  * PUBLIC_PATH a file this user may read.  Each check prints "ok   what" or
@@ -13,6 +17,15 @@
  * public file reads right; every shared-memory segment this process was
  * given (its mappings of the daemon's arena) holds no NEEDLE; none can be
  * made writable, reopened writable, or written through its fd.
+ *
+ * The other modes (issue 21's attacks): hint-scan hints SECRET_PATH (no
+ * OPEN), reads PUBLIC_PATH before and after so that it maps its own
+ * segments, and checks none of them ever holds NEEDLE; read-plain reads
+ * PATH whole with plain READs (inline bytes: no segment fd is ever handed
+ * out); open-status prints the status of a raw OPEN of PATH without a
+ * proof; hint-bomb opens NCONN connections that each hint all of PATH (a
+ * large sparse file), prints how many HINTs were accepted and refused
+ * (E2BIG), and holds the connections HOLD_MS.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -112,6 +125,146 @@ static int scan_mappings(const char *needle, int *nmaps)
     return found;
 }
 
+/* One HINT of all of path on s; its status. */
+static int raw_hint(int s, const char *path, uint32_t id)
+{
+    static uint8_t buf[PROTO_MAX_MSG];
+    proto_hint_ent e = { 0, 0, path, (uint32_t)strlen(path) };
+    proto_msg m;
+    size_t used;
+    ssize_t n = proto_enc_hint(buf, sizeof(buf), id, 0, &e, 1);
+
+    if (n < 0 || send(s, buf, (size_t)n, 0) != n)
+        return -EIO;
+    n = recv(s, buf, sizeof(buf), 0);
+    if (n <= 0 || proto_decode(buf, (size_t)n, &m, &used) != 0)
+        return -EIO;
+    return m.h.status;
+}
+
+/* Read all of path through libgranary (mapping this uid's segments). */
+static void read_all(gr_client *c, const char *path)
+{
+    static char buf[1 << 20];
+    gr_file *f = gr_open(c, path);
+
+    for (off_t off = 0; f; off += (off_t)sizeof(buf))
+        if (gr_pread(f, buf, sizeof(buf), off) <= 0)
+            break;
+    gr_close(f);
+}
+
+static int mode_hint_scan(int argc, char **argv)
+{
+    gr_client *c;
+    gr_hint h;
+    int nmaps, found = 0;
+
+    if (argc != 6)
+        return 100;
+    c = gr_connect(argv[2]);
+    if (!c)
+        return 100;
+    read_all(c, argv[4]);
+    h.path = argv[3];
+    h.off = 0;
+    h.len = 0;
+    check("the hint call returns", gr_hint_append(c, &h, 1) == 0);
+    /* The daemon fetches hints in the background: look several times. */
+    for (int i = 0; i < 20 && !found; i++) {
+        usleep(100000);
+        read_all(c, argv[4]);
+        found = scan_mappings(argv[5], &nmaps);
+    }
+    check("no mapping ever holds the hinted secret's bytes", !found);
+    printf("     (%d arena mappings scanned)\n", nmaps);
+    gr_disconnect(c);
+    return failures;
+}
+
+static int mode_read_plain(int argc, char **argv)
+{
+    static uint8_t buf[PROTO_MAX_MSG];
+    int s, fd, rc;
+    uint64_t off = 0;
+
+    if (argc != 4)
+        return 100;
+    s = raw_connect(argv[2]);
+    fd = open(argv[3], O_RDONLY | O_CLOEXEC);
+    rc = s >= 0 && fd >= 0 ? raw_open(s, argv[3], fd) : -EIO;
+    check("raw OPEN with a proof", rc == 0);
+    for (;;) {
+        proto_read r = { 1, PROTO_MAX_DATA, off };
+        proto_msg m;
+        size_t used;
+        ssize_t n = proto_enc_read(buf, sizeof(buf), 4, &r);
+        int nf = 0, fds[4];
+        if (send(s, buf, (size_t)n, 0) != n)
+            break;
+        n = gr__recv_fds(s, buf, sizeof(buf), fds, 4, &nf, 0, NULL);
+        gr__close_fds(fds, nf);
+        if (nf) {
+            check("plain READ never hands out an fd", 0);
+            break;
+        }
+        if (n <= 0 || proto_decode(buf, (size_t)n, &m, &used) != 0 || m.h.status < 0 ||
+            m.u.data.len == 0)
+            break;
+        off += m.u.data.len;
+    }
+    printf("     (%llu bytes read inline)\n", (unsigned long long)off);
+    check("read the file whole", off > 0);
+    return failures;
+}
+
+static int mode_open_status(int argc, char **argv)
+{
+    int s;
+
+    if (argc != 4)
+        return 100;
+    s = raw_connect(argv[2]);
+    if (s < 0)
+        return 100;
+    printf("%d\n", raw_open(s, argv[3], -1));
+    return 0;
+}
+
+static int mode_hint_bomb(int argc, char **argv)
+{
+    int n, ok = 0, big = 0, other = 0, *socks;
+
+    if (argc != 6)
+        return 100;
+    n = atoi(argv[4]);
+    socks = calloc((size_t)n, sizeof(*socks));
+    for (int i = 0; i < n; i++) {
+        int rc;
+        socks[i] = raw_connect(argv[2]);
+        if (socks[i] < 0)
+            continue;
+        /* Twice on each: the second must be refused once the list is full. */
+        for (int k = 0; k < 2; k++) {
+            rc = raw_hint(socks[i], argv[3], 10 + (uint32_t)k);
+            if (rc == 0)
+                ok++;
+            else if (rc == -E2BIG)
+                big++;
+            else
+                other++;
+        }
+    }
+    printf("accepted %d refused_e2big %d other %d\n", ok, big, other);
+    fflush(stdout);
+    usleep((useconds_t)atoi(argv[5]) * 1000);
+    for (int i = 0; i < n; i++)
+        if (socks[i] >= 0)
+            close(socks[i]);
+    free(socks);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *sock, *secret, *public, *needle;
@@ -120,8 +273,16 @@ int main(int argc, char **argv)
     char *buf;
     int s, fd, rc, nmaps, fds[8], nf;
 
+    if (argc > 1 && !strcmp(argv[1], "hint-scan"))
+        return mode_hint_scan(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "read-plain"))
+        return mode_read_plain(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "open-status"))
+        return mode_open_status(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "hint-bomb"))
+        return mode_hint_bomb(argc, argv);
     if (argc != 5) {
-        fprintf(stderr, "usage: isolation_probe SOCKET SECRET PUBLIC NEEDLE\n");
+        fprintf(stderr, "usage: isolation_probe SOCKET SECRET PUBLIC NEEDLE (or a mode, see the file)\n");
         return 100;
     }
     sock = argv[1];
