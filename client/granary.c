@@ -1253,6 +1253,39 @@ int gr_hint_clear(gr_client *c)
     return ret;
 }
 
+int gr_hint_status(gr_client *c, gr_hint_state *st)
+{
+    uint8_t buf[PROTO_HDR_LEN + PROTO_HINT_PREFIX];
+    uint32_t id;
+    ssize_t len;
+    proto_msg m;
+    proto_rec r;
+    size_t off = 0;
+    int ret;
+
+    memset(st, 0, sizeof(*st));
+    pthread_mutex_lock(&c->lock);
+    id = take_id(c);
+    len = proto_enc_hint(buf, sizeof(buf), id, 0, NULL, 0);
+    ret = call_ok(c, buf, (size_t)len, id, PROTO_OP_HINT, &m);
+    while (ret == 0 && proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r) == 1) {
+        if (proto_rec_is(&r, "ranges"))
+            st->ranges = r.u64;
+        else if (proto_rec_is(&r, "pending"))
+            st->pending = r.u64;
+        else if (proto_rec_is(&r, "errors"))
+            st->errors = r.u64;
+        else if (proto_rec_is(&r, "skipped"))
+            st->skipped = r.u64;
+        else if (proto_rec_is(&r, "last_error") && r.kind == PROTO_REC_STR)
+            snprintf(st->last_error, sizeof(st->last_error), "%.*s", (int)r.len, r.str);
+    }
+    if (ret == 0)
+        c->errtext[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    return ret;
+}
+
 int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value), void *arg)
 {
     uint8_t req[PROTO_HDR_LEN];

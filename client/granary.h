@@ -125,9 +125,10 @@ void gr_ref_release(gr_ref *ref);
  * roots, vanished, unreadable by the caller) is skipped and counted
  * (hint_errors), never fatal: hints are advice.
  *
- * Returns 0, or -1 with errno (E2BIG: the list would exceed [prefetch]
- * hint_max_entries; ENAMETOOLONG, EINVAL: a malformed range; the connection's
- * errors).
+ * Returns 0, or -1 with errno (E2BIG: the caller's lists are at [prefetch]
+ * hint_max_entries chunks or hint_memory bytes; ENAMETOOLONG, EINVAL: a
+ * malformed range; the connection's errors).  gr_hint_status says which
+ * ranges failed later.
  */
 typedef struct gr_hint {
     const char *path;   /* absolute, under the daemon's roots */
@@ -139,6 +140,23 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n);
 /* Drop this connection's hint list (before a new epoch's order, say).
  * 0, or -1 with errno. */
 int gr_hint_clear(gr_client *c);
+
+/*
+ * This connection's hint list now: ranges appended (since it began or was
+ * cleared), chunks named and not yet read, ranges refused or failed (outside
+ * the roots, gone, not readable by the caller as the daemon judges it, past
+ * the end, over the limits), chunks dropped because the job read past them,
+ * and the latest failure's reason ("" if none).  Ranges are resolved as the
+ * daemon reaches them, so failures show up over time.  0, or -1 with errno.
+ */
+typedef struct gr_hint_state {
+    uint64_t ranges;
+    uint64_t pending;
+    uint64_t errors;
+    uint64_t skipped;
+    char last_error[256];
+} gr_hint_state;
+int gr_hint_status(gr_client *c, gr_hint_state *st);
 
 /*
  * The daemon's counters: cb(arg, name, value) is called for each, in the

@@ -39,6 +39,8 @@
 
 #define DEFAULT_CONFIG "/etc/granary/granary.conf"
 #define WRITEBACK_MAX (256ull << 20)    /* bytes queued for NVMe before skipping */
+#define JUDGE_MAX_DIRS (1u << 16)       /* directories whose attributes the judge keeps */
+#define PROOFS_MAX     (1u << 20)       /* (uid, file) access proofs remembered for hints */
 
 static void usage(FILE *out)
 {
@@ -106,6 +108,8 @@ int main(int argc, char **argv)
     unsigned nchain = 0;
     fetcher *fx = NULL;
     prefetcher *pf = NULL;
+    judge *jg = NULL;
+    proofs *pr = NULL;
     warmup *wu = NULL;
     server *srv = NULL;
     metrics *met = NULL;
@@ -208,9 +212,14 @@ int main(int argc, char **argv)
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
                     &fx) < 0)
         goto fail;
-    if (prefetcher_new(fx, d, src, w, &stats, &pf) < 0)
+    if (judge_new(cfg.attr_ttl, JUDGE_MAX_DIRS, &jg) < 0 || proofs_new(PROOFS_MAX, &pr) < 0 ||
+        prefetcher_new(fx, d, src, jg, pr, w, &stats, &pf) < 0)
         goto fail;
-    prefetcher_configure(pf, cfg.readahead_max, cfg.hint_window, (uint64_t)cfg.hint_max_entries);
+    {
+        prefetch_limits lim;
+        reload_prefetch_limits(&cfg, &lim);
+        prefetcher_configure(pf, &lim);
+    }
     {
         char dir[PATH_MAX + 16];
         snprintf(dir, sizeof(dir), "%s/warmup", cfg.nvme_path);
@@ -247,7 +256,7 @@ int main(int argc, char **argv)
     }
     {
         server_deps deps = {
-            .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w,
+            .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w, .pr = pr,
             .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
@@ -258,6 +267,7 @@ int main(int argc, char **argv)
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     reload.src = src;
+    reload.jg = jg;
     reload.dram = d;
     reload.nvme = nvme;
     reload.sc = sc;
@@ -295,6 +305,8 @@ fail:
     server_free(&srv);
     warmup_free(&wu);
     prefetcher_free(&pf);
+    proofs_free(&pr);
+    judge_free(&jg);
     fetcher_free(&fx);
     sched_free(&sc);
     if (trace)

@@ -26,6 +26,7 @@ static int hook_attr_ttl(reload_ctx *r, char *err, size_t errlen)
     (void)err;
     (void)errlen;
     source_set_attr_ttl(r->src, r->cfg->attr_ttl);
+    judge_set_ttl(r->jg, r->cfg->attr_ttl);
     return 0;
 }
 
@@ -39,11 +40,23 @@ static int hook_max_inflight(reload_ctx *r, char *err, size_t errlen)
 
 static int hook_prefetch(reload_ctx *r, char *err, size_t errlen)
 {
+    prefetch_limits lim;
+
     (void)err;
     (void)errlen;
-    prefetcher_configure(r->pf, r->cfg->readahead_max, r->cfg->hint_window,
-                         (uint64_t)r->cfg->hint_max_entries);
+    reload_prefetch_limits(r->cfg, &lim);
+    prefetcher_configure(r->pf, &lim);
     return 0;
+}
+
+void reload_prefetch_limits(const gr_config *cfg, prefetch_limits *lim)
+{
+    lim->readahead_max = cfg->readahead_max;
+    lim->hint_window = cfg->hint_window;
+    lim->hint_max_entries = (uint64_t)cfg->hint_max_entries;
+    lim->hint_memory = cfg->hint_memory;
+    lim->hint_memory_total = cfg->hint_memory_total;
+    lim->trust_all = strcmp(cfg->access_check, "none") == 0;
 }
 
 /* Every chunk and pin is carried over, in the old policy's eviction order. */

@@ -13,6 +13,7 @@
 #include "dram.h"
 #include "sched.h"
 #include "nvme.h"
+#include "judge.h"
 #include "prefetch.h"
 #include "source.h"
 
@@ -20,6 +21,7 @@ typedef struct reload_ctx {
     const char *path;           /* the configuration file */
     gr_config *cfg;             /* the running configuration, updated in place */
     source *src;
+    judge *jg;
     dram *dram;
     nvme_tier *nvme;            /* NULL without an NVMe tier */
     sched *sc;
@@ -34,5 +36,8 @@ typedef struct reload_ctx {
  * restart.  Each applied change is logged.
  */
 void reload_config(reload_ctx *r);
+
+/* The prefetcher's limits from a configuration (at start and on reload). */
+void reload_prefetch_limits(const gr_config *cfg, prefetch_limits *lim);
 
 #endif

@@ -543,6 +543,45 @@ START_TEST(test_bad_release)
 }
 END_TEST
 
+/* A segment that passes to another owner comes renewed, whether or not its
+ * fd was ever handed out (issue 21: a user who read with plain READs left
+ * its bytes in freed blocks, and the next owner was handed the segment as
+ * it was).  The new owner's block reads zeros; the same owner reuses its
+ * segment without renewal; quarantine is an owner like the others. */
+START_TEST(test_owner_change_renews)
+{
+    arena *a = mk(2 * MiB, MiB);
+    arena_block b;
+    arena_stats st;
+    uint32_t gen;
+
+    ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1001, &b), 0);
+    memset(b.ptr, 0x5a, 64 * 1024);
+    gen = arena_segment_gen(a, b.seg);
+    arena_release(a, &b);
+    /* Same owner again: same segment, not renewed, its old bytes (its own). */
+    ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1001, &b), 0);
+    ck_assert_uint_eq(arena_segment_gen(a, b.seg), gen);
+    arena_release(a, &b);
+    /* Another owner: it takes the lowest wholly free segment, the one that
+     * held 1001's bytes (its fd was never handed out): renewed, zeros. */
+    ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1002, &b), 0);
+    ck_assert_uint_eq(b.seg, 0);
+    ck_assert_uint_eq(arena_segment_owner(a, b.seg), 1002);
+    ck_assert_uint_eq(arena_segment_gen(a, b.seg), gen + 1);
+    for (int i = 0; i < 64 * 1024; i++)
+        ck_assert_msg(b.ptr[i] == 0, "byte %d of the new owner's block is %02x", i, b.ptr[i]);
+    arena_release(a, &b);
+    arena_get_stats(a, &st);
+    ck_assert_uint_eq(st.renewals, 1);
+    /* Quarantine takes a segment over the same way. */
+    ck_assert_int_eq(arena_alloc_for(a, 2 * MiB / 2, ARENA_QUARANTINE, &b), 0);
+    ck_assert_int_eq(arena_segment_owner(a, b.seg), ARENA_QUARANTINE);
+    arena_release(a, &b);
+    arena_free(&a);
+}
+END_TEST
+
 START_TEST(test_free_null)
 {
     arena *a = NULL;
@@ -569,6 +608,7 @@ static Suite *arena_suite(void)
     tcase_add_test(tc, test_stress);
     tcase_add_test(tc, test_sealing);
     tcase_add_test(tc, test_bad_release);
+    tcase_add_test(tc, test_owner_change_renews);
     tcase_add_test(tc, test_free_null);
     suite_add_tcase(s, tc);
     return s;

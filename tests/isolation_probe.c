@@ -4,7 +4,7 @@
  * granaryd that another user has cached that file in.
  *
  *   isolation_probe SOCKET SECRET_PATH PUBLIC_PATH NEEDLE
- *   isolation_probe hint-scan SOCKET SECRET_PATH PUBLIC_PATH NEEDLE
+ *   isolation_probe hint-scan SOCKET SECRET_PATH NEEDLE PUBLIC_PATH...
  *   isolation_probe read-plain SOCKET PATH
  *   isolation_probe open-status SOCKET PATH
  *   isolation_probe hint-bomb SOCKET PATH NCONN HOLD_MS
@@ -19,8 +19,8 @@
  * made writable, reopened writable, or written through its fd.
  *
  * The other modes (issue 21's attacks): hint-scan hints SECRET_PATH (no
- * OPEN), reads PUBLIC_PATH before and after so that it maps its own
- * segments, and checks none of them ever holds NEEDLE; read-plain reads
+ * OPEN), reads the PUBLIC_PATHs in turn before and after, so that it maps
+ * every segment it owns, and checks none of them ever holds NEEDLE; read-plain reads
  * PATH whole with plain READs (inline bytes: no segment fd is ever handed
  * out); open-status prints the status of a raw OPEN of PATH without a
  * proof; hint-bomb opens NCONN connections that each hint all of PATH (a
@@ -142,6 +142,26 @@ static int raw_hint(int s, const char *path, uint32_t id)
     return m.h.status;
 }
 
+/* The pending chunks of s's hint list (a HINT of no ranges asks), or 0. */
+static uint64_t raw_hint_pending(int s)
+{
+    static uint8_t buf[PROTO_MAX_MSG];
+    proto_msg m;
+    proto_rec r;
+    size_t used, off = 0;
+    ssize_t n = proto_enc_hint(buf, sizeof(buf), 99, 0, NULL, 0);
+
+    if (n < 0 || send(s, buf, (size_t)n, 0) != n)
+        return 0;
+    n = recv(s, buf, sizeof(buf), 0);
+    if (n <= 0 || proto_decode(buf, (size_t)n, &m, &used) != 0 || m.h.status < 0)
+        return 0;
+    while (proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r) == 1)
+        if (proto_rec_is(&r, "pending"))
+            return r.u64;
+    return 0;
+}
+
 /* Read all of path through libgranary (mapping this uid's segments). */
 static void read_all(gr_client *c, const char *path)
 {
@@ -160,24 +180,34 @@ static int mode_hint_scan(int argc, char **argv)
     gr_hint h;
     int nmaps, found = 0;
 
-    if (argc != 6)
+    if (argc < 6)
         return 100;
     c = gr_connect(argv[2]);
     if (!c)
         return 100;
-    read_all(c, argv[4]);
+    read_all(c, argv[5]);
     h.path = argv[3];
     h.off = 0;
     h.len = 0;
     check("the hint call returns", gr_hint_append(c, &h, 1) == 0);
-    /* The daemon fetches hints in the background: look several times. */
+    /* The daemon fetches hints in the background: look several times, each
+     * after reading another of the public files (new chunks of this user's,
+     * so that every segment it owns gets mapped here). */
     for (int i = 0; i < 20 && !found; i++) {
         usleep(100000);
-        read_all(c, argv[4]);
-        found = scan_mappings(argv[5], &nmaps);
+        read_all(c, argv[5 + i % (argc - 5)]);
+        found = scan_mappings(argv[4], &nmaps);
     }
     check("no mapping ever holds the hinted secret's bytes", !found);
     printf("     (%d arena mappings scanned)\n", nmaps);
+    {
+        gr_hint_state st;
+        check("hint status", gr_hint_status(c, &st) == 0);
+        printf("     (hint list: %llu ranges, %llu errors: %s)\n", (unsigned long long)st.ranges,
+               (unsigned long long)st.errors, st.last_error);
+        if (getenv("PROBE_EXPECT_HINT_ERROR"))
+            check("the refused hint is reported to the client", st.errors >= 1);
+    }
     gr_disconnect(c);
     return failures;
 }
@@ -253,6 +283,12 @@ static int mode_hint_bomb(int argc, char **argv)
                 big++;
             else
                 other++;
+            /* The first one: wait until the daemon has resolved it (the
+             * file's size is known only then), so that what follows meets
+             * a full budget, deterministically. */
+            if (i == 0 && k == 0 && rc == 0)
+                for (int t = 0; t < 200 && raw_hint_pending(socks[i]) <= 1; t++)
+                    usleep(10000);
         }
     }
     printf("accepted %d refused_e2big %d other %d\n", ok, big, other);

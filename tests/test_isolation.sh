@@ -110,6 +110,112 @@ check "B holds at most its share" test "$(stat_of connections)" -le 66
 wait $hog
 check "daemon alive" kill -0 "$pid"
 
+restart() { kill "$pid"; wait "$pid"; pid=; rm -f "$dir/sock"; start_daemon; }
+rss_kb() { sed -n 's/^VmRSS: *\([0-9]*\).*/\1/p' "/proc/$pid/status"; }
+nfds() { ls "/proc/$pid/fd" | wc -l; }
+
+# ---- issue 21: the attacks of an independent client ----
+
+# 1. A HINT for a 0644 file inside another user's 0700 directory: judged
+#    before anything is read (B may not search the directory), so no byte
+#    of it is fetched, let alone mapped; the refusal is reported to B.
+mkdir "$dir/src/privA"
+python3 -c "
+import os, sys
+n = sys.argv[1].encode()
+blk = n + os.urandom(4096 - len(n))
+sys.stdout.buffer.write(blk * 1024)" "$needle-2" > "$dir/src/privA/readable"
+chmod 644 "$dir/src/privA/readable"
+chown -R "$userA" "$dir/src/privA"
+chmod 700 "$dir/src/privA"
+restart
+src0=$(stat_of source_bytes_read)
+for k in 1 2 3 4 5 6; do head -c 300000 /dev/urandom > "$dir/src/pub$k"; chmod 644 "$dir/src/pub$k"; done
+pubs="$dir/src/public $dir/src/pub1 $dir/src/pub2 $dir/src/pub3 $dir/src/pub4 $dir/src/pub5 $dir/src/pub6"
+as "$userB" env PROBE_EXPECT_HINT_ERROR=1 $PROBE hint-scan "$dir/sock" "$dir/src/privA/readable" \
+    "$needle-2" $pubs > "$dir/probe3"
+rc=$?
+sed 's/^/  B: /' "$dir/probe3"
+check "21.1: B's hint into A's 0700 directory: no byte of it mapped, refusal reported" test $rc -eq 0
+check "21.1: and nothing of it read from the source" \
+    test $(( $(stat_of source_bytes_read) - src0 )) -lt 4194304
+
+# A file B may read but has not opened: hinted into quarantine (never in
+# B's mapping, before its OPEN), then claimed by B's read: right bytes.
+python3 -c "
+import os, sys
+n = sys.argv[1].encode()
+blk = n + os.urandom(4096 - len(n))
+sys.stdout.buffer.write(blk * 512)" "$needle-3" > "$dir/src/hinted"
+chmod 644 "$dir/src/hinted"
+# (New public files: B's reads of them must allocate, and so map, every
+# segment B owns, the one holding the hinted chunks among them.)
+for k in 1 2 3 4 5 6; do head -c 300000 /dev/urandom > "$dir/src/qub$k"; chmod 644 "$dir/src/qub$k"; done
+qubs="$dir/src/qub1 $dir/src/qub2 $dir/src/qub3 $dir/src/qub4 $dir/src/qub5 $dir/src/qub6"
+as "$userB" $PROBE hint-scan "$dir/sock" "$dir/src/hinted" "$needle-3" $qubs > "$dir/probe4"
+rc=$?
+sed 's/^/  B: /' "$dir/probe4"
+check "21.1: an unproven hint lands in quarantine, never in B's mapping" test $rc -eq 0
+as "$userB" $CTL -s "$dir/sock" cat "$dir/src/hinted" | cmp -s - "$dir/src/hinted"
+check "21.1: B's own read of it: right bytes" test $? -eq 0
+check "21.1: claimed from quarantine by B's proven read (dram_rehomed)" test "$(stat_of dram_rehomed)" -ge 1
+
+# 2. A reads its secret with plain READs only (no segment fd ever handed
+#    out); root evicts it; B's reads take that segment over: renewed, and no
+#    byte of the secret in anything B maps.
+restart
+as "$userA" $PROBE read-plain "$dir/sock" "$dir/src/secret" | sed 's/^/  A: /'
+$CTL -s "$dir/sock" evict "$dir/src/secret" > /dev/null
+ren0=$(stat_of dram_segment_renewals)
+as "$userB" $PROBE "$dir/sock" "$dir/src/secret" "$dir/src/public" "$needle" > "$dir/probe5"
+rc=$?
+sed 's/^/  B: /' "$dir/probe5"
+check "21.2: B after A's never-exposed segment was freed: all probes pass" test $rc -eq 0
+check "21.2: the segment changed owner: renewed" test "$(stat_of dram_segment_renewals)" -gt "$ren0"
+
+# 5. Existence and activity: in a directory B may not search, a proofless
+#    OPEN answers the same for a cached file and a missing one, and moves
+#    no counter.
+mkdir "$dir/src/privA2"
+echo hello > "$dir/src/privA2/exists"
+chmod 644 "$dir/src/privA2/exists"
+chown -R "$userA" "$dir/src/privA2"
+chmod 700 "$dir/src/privA2"
+as "$userA" $CTL -s "$dir/sock" cat "$dir/src/privA2/exists" > /dev/null
+hits0=$(stat_of attr_cache_hits)
+s1=$(as "$userB" $PROBE open-status "$dir/sock" "$dir/src/privA2/exists")
+s2=$(as "$userB" $PROBE open-status "$dir/sock" "$dir/src/privA2/missing")
+check "21.5: an OPEN cannot tell a cached file from a missing one ($s1 vs $s2)" test "$s1" = "$s2"
+check "21.5: and moves no per-path counter" test "$(stat_of attr_cache_hits)" -eq "$hits0"
+as "$userB" $CTL -s "$dir/sock" cat "$dir/src/privA2/exists" > "$dir/out5" 2>&1
+as "$userB" $CTL -s "$dir/sock" cat "$dir/src/privA2/missing" > "$dir/out6" 2>&1
+check "21.5: granaryctl says the same (permission denied) for both" \
+    sh -c "grep -q 'Permission denied' '$dir/out5' && grep -q 'Permission denied' '$dir/out6'"
+
+# 4. Hint memory: one-range HINTs of a 4 TiB sparse file on 16 connections
+#    of one user.  A range costs its bytes, not an entry per chunk; the user's
+#    chunk budget takes the first and refuses the rest (E2BIG), and the
+#    daemon's memory and descriptors stay where they were.
+truncate -s 4T "$dir/src/sparse"
+chmod 644 "$dir/src/sparse"
+rss0=$(rss_kb)
+fd0=$(nfds)
+as "$userB" $PROBE hint-bomb "$dir/sock" "$dir/src/sparse" 16 1500 > "$dir/bomb" &
+bomb=$!
+sleep 1
+rss1=$(rss_kb)
+wait $bomb
+sed 's/^/  B: /' "$dir/bomb"
+check "21.4: the first HINT is taken, the other 31 refused (E2BIG)" \
+    grep -q "accepted 1 refused_e2big 31 other 0" "$dir/bomb"
+check "21.4: the daemon's memory meanwhile: +$(( (rss1 - rss0) / 1024 )) MiB (under 32)" \
+    test $((rss1 - rss0)) -lt 32768
+sleep 0.5
+check "21.4: descriptors back to where they were ($fd0 -> $(nfds))" test "$(nfds)" -le "$fd0"
+check "21.4: no hint memory left" test "$(stat_of hint_memory_bytes)" -eq 0
+$CTL -s "$dir/sock" cat "$dir/src/public" | cmp -s - "$dir/src/public"
+check "21.4: the daemon serves everyone after it" test $? -eq 0
+
 # access_check = none (a single-user node): no proof asked, B reads.
 kill "$pid"
 wait "$pid"

@@ -44,7 +44,9 @@ typedef struct gr_config {
     /* [prefetch] */
     uint64_t readahead_max;    /* largest read-ahead window of a sequential reader; 0 = off */
     uint64_t hint_window;      /* bytes fetched ahead of a hint list's consumption */
-    int hint_max_entries;      /* chunks one hint list may name */
+    int hint_max_entries;      /* chunks one user's hint lists may name */
+    uint64_t hint_memory;      /* bytes of hint ranges one user may hold */
+    uint64_t hint_memory_total; /* bytes of hint ranges all users may hold */
     /* [dram] */
     uint64_t dram_capacity;    /* bytes */
     char dram_policy[16];      /* lru (more with the DRAM tier issue) */

@@ -42,7 +42,8 @@
     X(counter, prefetch_wasted,      "prefetched chunks evicted before anyone asked for them") \
     X(counter, readahead_chunks,     "chunks read ahead for sequential readers") \
     X(counter, hint_entries_added,   "chunks named by job hints") \
-    X(counter, hint_errors,          "hinted ranges skipped: unresolvable, unreadable or past EOF") \
+    X(counter, hint_errors,          "hinted ranges skipped: unresolvable, refused by the access judgement, or past EOF") \
+    X(counter, dram_rehomed,         "quarantined chunks a proven reader claimed (copied into its own memory)") \
     X(counter, hint_skipped,         "hinted chunks dropped because the job read past them") \
     X(counter, stall_microseconds,   "microseconds clients waited on reads that missed DRAM") \
     X(counter, stalled_reads,        "reads that waited on a miss") \
@@ -62,6 +63,8 @@
     X(gauge,   readahead_window_max, "the current cap on a sequential reader's read-ahead, bytes") \
     X(gauge,   hint_entries,         "hinted chunks not yet read, over all hint lists") \
     X(gauge,   hint_window_bytes,    "bytes fetched or being fetched ahead for hints and not yet read") \
+    X(gauge,   hint_memory_bytes,    "memory the hint lists' ranges hold, all users") \
+    X(gauge,   access_proofs,        "(uid, file) access proofs remembered for hints") \
     X(gauge,   warmup_jobs_active,   "warmup jobs running or queued") \
     X(gauge,   writeback_queue_bytes, "bytes queued for writing to the NVMe tier") \
     X(gauge,   leases_active,        "leases held by clients") \

@@ -34,13 +34,16 @@ struct pending {
     srcfile *f;
     uint64_t idx;
     chunk *c;
+    chunk *copy_from;           /* a quarantined chunk a proven reader claims (no backend) */
     waiter *waiters, **wtail;
     gr__hnode hn;               /* fx->pending */
     /* Filled by the worker. */
-    int from;                   /* index of the backend that had it, -1 none */
+    int from;                   /* index of the backend that had it, FROM_COPY, -1 none */
     unsigned corrupt;           /* bit i: backend i's copy failed its check */
     backend_status st;          /* the failing backend's, when from < 0 */
 };
+
+#define FROM_COPY (-2)              /* pending.from: copied from copy_from */
 
 typedef struct writeback {
     wq_job job;
@@ -142,6 +145,15 @@ static void fetch_run(wq_job *j)
     };
 
     p->from = -1;
+    if (p->copy_from) {
+        /* The claim of a quarantined chunk: its bytes are verified and
+         * whole; only their memory changes owner. */
+        memcpy(p->c->data, p->copy_from->data, p->copy_from->len);
+        memset(p->c->data + p->copy_from->len, 0, p->c->cap - p->copy_from->len);
+        p->c->len = p->copy_from->len;
+        p->from = FROM_COPY;
+        return;
+    }
     for (unsigned i = 0; i < fx->nchain; i++) {
         const backend *b = &fx->chain[i];
         backend_status st = { 0 };
@@ -280,8 +292,10 @@ static void fetch_done(wq_job *j)
     for (unsigned i = 0; i < fx->nchain; i++)
         if ((p->corrupt & (1u << i)) && fx->chain[i].ops->kind == BACKEND_NVME)
             fx->stats->nvme_checksum_errors++;
-    found = p->from >= 0;
-    if (found) {
+    found = p->from >= 0 || p->from == FROM_COPY;
+    if (p->from == FROM_COPY) {
+        fx->stats->dram_rehomed++;
+    } else if (found) {
         kind = fx->chain[p->from].ops->kind;
         count_fetch(fx, kind, p->c);
     } else if (!j->cancelled) {
@@ -290,6 +304,8 @@ static void fetch_done(wq_job *j)
     }
     for (wt = p->waiters; wt; wt = wt->next)
         demand |= wt->demand;
+    if (p->from == FROM_COPY)
+        p->c->admitted = 1;     /* it was hinted: someone said it will be read */
     if (found) {
         if (p->born != SCHED_DEMAND) {
             /* Fetched ahead: kept even if the policy would not have
@@ -305,7 +321,9 @@ static void fetch_done(wq_job *j)
     }
     for (wt = p->waiters; wt;) {
         waiter *next = wt->next;
-        if (wt->demand)
+        if (wt->demand && p->from == FROM_COPY)
+            fx->stats->hits_dram++;
+        else if (wt->demand)
             count_lookup(fx, found, kind);
         if (!found)
             wt->cb(wt->arg, NULL, p->st.err, p->st.msg);
@@ -314,8 +332,9 @@ static void fetch_done(wq_job *j)
         free(wt);
         wt = next;
     }
-    if (found)
+    if (found && p->from >= 0)
         writeback_start(fx, p->c, (unsigned)p->from);
+    chunk_unref(&p->copy_from);
     chunk_unref(&p->c);
     srcfile_unref(&p->f);
     free(p);
@@ -324,7 +343,7 @@ static void fetch_done(wq_job *j)
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
 static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
-                       sched_class cls, int64_t owner, fetch_cb cb, void *arg)
+                       sched_class cls, int64_t owner, chunk *copy_from, fetch_cb cb, void *arg)
 {
     uint64_t h = key_hash(key);
     waiter *wt = NULL;
@@ -370,6 +389,7 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     memcpy(p->key, key, CHUNK_KEY_LEN);
     p->f = srcfile_ref(f);
     p->idx = idx;
+    p->copy_from = copy_from ? chunk_ref(copy_from) : NULL;
     p->waiters = wt;
     p->wtail = wt ? &wt->next : &p->waiters;
     gr__htab_insert(&fx->pending, &p->hn, h);
@@ -391,6 +411,18 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
     if (fx->consume)
         fx->consume(fx->consume_arg, key);
     c = dram_get(fx->dram, key);
+    if (c && owner >= 0 && c->ar && arena_segment_owner(c->ar, c->blk.seg) == ARENA_QUARANTINE) {
+        /* Fetched for a hint before its user proved access: this reader has
+         * (it holds a handle), so the chunk moves into its user's memory, by
+         * a copy on an I/O thread, single-flight like a fetch. */
+        if (c->prefetched) {
+            c->prefetched = 0;
+            fx->stats->prefetch_used++;
+        }
+        fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, c, cb, arg);
+        chunk_unref(&c);
+        return;
+    }
     if (c) {
         fx->stats->hits_dram++;
         if (c->prefetched) {
@@ -401,7 +433,7 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
         chunk_unref(&c);
         return;
     }
-    fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, cb, arg);
+    fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, NULL, cb, arg);
 }
 
 void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, int64_t owner,
@@ -422,5 +454,5 @@ void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, in
             cb(arg, c, 0, NULL);
         return;
     }
-    fetch_join(fx, f, idx, key, cls, owner, cb, arg);
+    fetch_join(fx, f, idx, key, cls, owner, NULL, cb, arg);
 }

@@ -1,32 +1,47 @@
 /*
  * prefetch.c - see prefetch.h.
  *
- * A hint list is an array of entries (one per chunk) addressed by absolute
- * position: entry pos lives at ents[pos - base].  [cursor, ahead) is the
- * part the list has started on; entries before cursor are all done and get
- * compacted away.  Every entry being fetched or held has a node in the
- * prefetcher's key map, which is how a demand lookup (the fetcher's consume
- * hook) finds the entries it consumes.
+ * A hint list has two parts.  Ranges (what HINT messages named, in order)
+ * live in a queue addressed by sequence number: range seq is at
+ * rg[seq - rbase]; they are resolved in batches on I/O threads, a few dozen
+ * ahead, and the head range is cut into entries (one per chunk) only while
+ * fewer than EXPAND_AHEAD entries wait unfetched.  Entries live in an array
+ * addressed by absolute position: entry pos is at ents[pos - base];
+ * [cursor, ahead) is the part the list has started on; entries before
+ * cursor are all done and get compacted away.  Every entry being fetched or
+ * held has a node in the prefetcher's key map, which is how a demand lookup
+ * (the fetcher's consume hook) finds the entries it consumes.
  *
- * A list is refcounted: its connection, each fetch in flight and each batch
- * being resolved hold a reference, so a client that leaves mid-fetch frees
- * nothing that a completion still points at.
+ * Accounting: each user has a uacct with the chunks its lists name (a
+ * range's estimate until it is resolved, then its exact count, then one per
+ * entry until the entry is done) and the bytes its ranges hold; the HINT
+ * limits are checked against them.
+ *
+ * A list is refcounted: its connection, each fetch in flight and each
+ * resolution batch hold a reference, so a client that leaves mid-fetch
+ * frees nothing that a completion still points at.  A CLEAR bumps the
+ * list's generation: batches of an older one are void when they return.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "clock.h"
+#include "htab.h"
 #include "log.h"
 #include "prefetch.h"
 
-#define KEYMAP_BUCKETS   (1u << 16)
 #define RA_MAX_CHUNKS    256             /* chunks one read may start ahead */
 #define RA_MIN_CAP       (256u << 10)    /* the adaptive cap never drops below */
 #define RA_ADAPT_EVERY   64              /* read-ahead chunks between adaptations */
 #define SKIP_MIN_SLACK   64              /* entries a job may read out of order */
 #define COMPACT_MIN      4096            /* done entries before compacting */
+#define RESOLVE_BATCH    64              /* ranges one resolution job takes */
+#define RESOLVE_AHEAD    128             /* ranges looked at for resolving, from the head */
+#define EXPAND_AHEAD     1024            /* entries waiting unfetched before we stop cutting */
+#define RANGE_BYTES(len) (sizeof(hint_range) + (len) + 1)
 
 enum { HE_WAITING, HE_FETCHING, HE_HELD, HE_DONE };
 
@@ -34,92 +49,130 @@ typedef struct hint_ent {
     srcfile *f;                 /* reference, until done */
     uint64_t idx;
     chunk *held;                /* HE_HELD: a reference and a dram_hold */
+    int64_t owner;              /* whose segments its chunk goes to */
     uint32_t len;               /* the chunk's bytes */
     uint8_t state;
 } hint_ent;
 
-typedef struct keynode keynode;
-struct keynode {
+typedef struct keynode {
+    gr__hnode hn;
     uint8_t key[CHUNK_KEY_LEN];
     hint_list *l;
     uint64_t pos;
-    keynode *next;
-};
+} keynode;
 
-/* One range of a HINT message, while it is resolved. */
-typedef struct bitem {
-    char *norm;                 /* owned until installed */
+enum { RG_NEW, RG_RESOLVING, RG_READY };
+
+typedef struct hint_range {
+    char *norm;                 /* owned */
     int root;
-    uint64_t off, len;
-    srcfile *f;                 /* from the attr cache, or installed after the stat */
-    struct stat st;
-    int rc;                     /* < 0: skipped */
-} bitem;
+    uint64_t off, len;          /* len 0: to the end of the file */
+    uint32_t bytes;             /* accounted to the user */
+    uint64_t chunks;            /* accounted to the user and not yet cut into entries */
+    srcfile *f;                 /* RG_READY without error: a reference */
+    int64_t owner;              /* RG_READY: the user's uid, or quarantine */
+    uint64_t next, last;        /* RG_READY: chunks next..last still to cut (none if next > last) */
+    uint8_t state;
+} hint_range;
 
-typedef struct hint_batch hint_batch;
-struct hint_batch {
-    wq_job job;                 /* first */
-    hint_list *l;
-    bitem *items;
-    size_t n;
-    int finished;
-    hint_batch *next;
-};
+/* A user's share of the hint limits. */
+typedef struct uacct {
+    gr__hnode hn;
+    uid_t uid;
+    uint64_t chunks;            /* named by its lists, not yet done */
+    uint64_t bytes;             /* of its ranges */
+    unsigned lists;
+} uacct;
 
 struct hint_list {
     prefetcher *p;
-    uid_t uid;
-    gid_t gid;
+    access_cred cred;
+    uacct *acct;
     unsigned refs;
     int dead;
     int pumping;
+    int resolving;              /* a batch is in flight */
+    int full;                   /* a range failed the chunk limit: E2BIG until it drains */
+    uint64_t gen;               /* bumped by CLEAR */
+    /* Entries. */
     hint_ent *ents;
     uint64_t base, n, cap;      /* ents[0..n) are positions base.. */
     uint64_t cursor, ahead;
     uint64_t window_bytes;      /* fetching or held */
     uint64_t pending;           /* entries not done */
-    hint_batch *bhead, *btail;  /* batches in arrival order */
+    /* Ranges: seqs [rbase, rbase + rn) at rg[0..rn). */
+    hint_range *rg;
+    uint64_t rbase, rn, rcap;
+    uint64_t rchunks;           /* the chunks of the ranges (this list's part of acct) */
+    /* For the status. */
+    uint64_t ranges, errors, skipped, accepted;
+    char last_error[256];
 };
 
 struct prefetcher {
     fetcher *fx;
     dram *d;
     source *src;
+    judge *jg;
+    proofs *pr;
     workers *w;
     gr_stats *stats;
     uint64_t ra_max, ra_cap;    /* configured cap, and the adaptive one */
     uint64_t ra_limit;          /* an eighth of the DRAM tier: no window beyond */
     uint64_t ra_mark, used_mark, wasted_mark;
-    uint64_t hint_window, hint_max;
+    prefetch_limits lim;
     uint64_t window_total;      /* window_bytes over all lists */
-    uint64_t entries_total;     /* pending over all lists */
-    keynode *keys[KEYMAP_BUCKETS];
+    uint64_t chunks_total;      /* chunks named over all users */
+    uint64_t bytes_total;       /* range bytes over all users */
+    gr__htab keys;              /* keynode by chunk key */
+    gr__htab accts;             /* uacct by uid */
 };
 
 static void consume_hook(void *arg, const uint8_t key[CHUNK_KEY_LEN]);
 
-int prefetcher_new(fetcher *fx, dram *d, source *src, workers *w, gr_stats *stats,
-                   prefetcher **out)
+int prefetcher_new(fetcher *fx, dram *d, source *src, judge *jg, proofs *pr, workers *w,
+                   gr_stats *stats, prefetcher **out)
 {
     prefetcher *p = calloc(1, sizeof(*p));
+    dram_stats ds;
 
-    if (!p)
+    if (!p || gr__htab_init(&p->keys, 4096) < 0 || gr__htab_init(&p->accts, 16) < 0) {
+        if (p)
+            gr__htab_fini(&p->keys);
+        free(p);
         return -ENOMEM;
+    }
     p->fx = fx;
     p->d = d;
     p->src = src;
+    p->jg = jg;
+    p->pr = pr;
     p->w = w;
     p->stats = stats;
     p->ra_max = p->ra_cap = 64u << 20;
-    {
-        dram_stats ds;
-        dram_get_stats(d, &ds);
-        p->ra_limit = ds.capacity_bytes / 8;
-    }
-    p->hint_window = 1ull << 30;
-    p->hint_max = 1u << 22;
+    dram_get_stats(d, &ds);
+    p->ra_limit = ds.capacity_bytes / 8;
+    p->lim.readahead_max = p->ra_max;
+    p->lim.hint_window = 1ull << 30;
+    p->lim.hint_max_entries = 1u << 22;
+    p->lim.hint_memory = 64u << 20;
+    p->lim.hint_memory_total = 256u << 20;
     fetcher_set_consume_hook(fx, consume_hook, p);
     *out = p;
+    return 0;
+}
+
+static int free_node(void *arg, gr__hnode *n)
+{
+    (void)arg;
+    free(gr__container_of(n, keynode, hn));
+    return 0;
+}
+
+static int free_acct(void *arg, gr__hnode *n)
+{
+    (void)arg;
+    free(gr__container_of(n, uacct, hn));
     return 0;
 }
 
@@ -130,31 +183,29 @@ void prefetcher_free(prefetcher **pp)
     if (!p)
         return;
     fetcher_set_consume_hook(p->fx, NULL, NULL);
-    for (size_t b = 0; b < KEYMAP_BUCKETS; b++)
-        while (p->keys[b]) {
-            keynode *k = p->keys[b];
-            p->keys[b] = k->next;
-            free(k);
-        }
+    gr__htab_walk(&p->keys, free_node, NULL);
+    gr__htab_fini(&p->keys);
+    gr__htab_walk(&p->accts, free_acct, NULL);
+    gr__htab_fini(&p->accts);
     free(p);
     *pp = NULL;
 }
 
-void prefetcher_configure(prefetcher *p, uint64_t readahead_max, uint64_t hint_window,
-                          uint64_t hint_max_entries)
+void prefetcher_configure(prefetcher *p, const prefetch_limits *lim)
 {
-    p->ra_max = readahead_max;
-    if (p->ra_cap > readahead_max || p->ra_cap == 0)
-        p->ra_cap = readahead_max;
-    p->hint_window = hint_window;
-    p->hint_max = hint_max_entries;
+    p->lim = *lim;
+    p->ra_max = lim->readahead_max;
+    if (p->ra_cap > p->ra_max || p->ra_cap == 0)
+        p->ra_cap = p->ra_max;
 }
 
 void prefetcher_snapshot(const prefetcher *p, gr_stats *out)
 {
     out->readahead_window_max = p->ra_cap;
-    out->hint_entries = p->entries_total;
+    out->hint_entries = p->chunks_total;
     out->hint_window_bytes = p->window_total;
+    out->hint_memory_bytes = p->bytes_total;
+    out->access_proofs = proofs_count(p->pr);
 }
 
 /* ---- read-ahead ---- */
@@ -227,39 +278,108 @@ void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, u
 
 /* ---- the key map ---- */
 
-static size_t key_bucket(const uint8_t *key)
+static uint64_t key_hash(const uint8_t *key)
 {
-    return (size_t)XXH3_64bits(key, CHUNK_KEY_LEN) & (KEYMAP_BUCKETS - 1);
+    return XXH3_64bits(key, CHUNK_KEY_LEN);
+}
+
+static int key_eq(const gr__hnode *n, const void *key)
+{
+    return memcmp(gr__container_of(n, keynode, hn)->key, key, CHUNK_KEY_LEN) == 0;
 }
 
 static int keymap_add(prefetcher *p, const uint8_t *key, hint_list *l, uint64_t pos)
 {
     keynode *k = malloc(sizeof(*k));
-    size_t b = key_bucket(key);
 
     if (!k)
         return -ENOMEM;
     memcpy(k->key, key, CHUNK_KEY_LEN);
     k->l = l;
     k->pos = pos;
-    k->next = p->keys[b];
-    p->keys[b] = k;
+    gr__htab_insert(&p->keys, &k->hn, key_hash(key));
     return 0;
+}
+
+/* The node of (key, l, pos): the first node with the key is not
+ * necessarily ours (several lists may hint one chunk), so walk them. */
+typedef struct knode_key {
+    const uint8_t *key;
+    const hint_list *l;
+    uint64_t pos;
+} knode_key;
+
+static int knode_eq(const gr__hnode *n, const void *arg)
+{
+    const keynode *k = gr__container_of(n, keynode, hn);
+    const knode_key *w = arg;
+
+    return k->l == w->l && k->pos == w->pos && memcmp(k->key, w->key, CHUNK_KEY_LEN) == 0;
 }
 
 static void keymap_del(prefetcher *p, const uint8_t *key, const hint_list *l, uint64_t pos)
 {
-    for (keynode **kp = &p->keys[key_bucket(key)]; *kp; kp = &(*kp)->next) {
-        keynode *k = *kp;
-        if (k->l == l && k->pos == pos && memcmp(k->key, key, CHUNK_KEY_LEN) == 0) {
-            *kp = k->next;
-            free(k);
-            return;
-        }
+    knode_key w = { key, l, pos };
+    gr__hnode *n = gr__htab_find(&p->keys, key_hash(key), knode_eq, &w);
+
+    if (n) {
+        gr__htab_remove(&p->keys, n);
+        free(gr__container_of(n, keynode, hn));
     }
 }
 
-/* ---- hint lists ---- */
+/* ---- accounting ---- */
+
+static int acct_eq(const gr__hnode *n, const void *key)
+{
+    return gr__container_of(n, uacct, hn)->uid == *(const uid_t *)key;
+}
+
+static uacct *acct_get(prefetcher *p, uid_t uid)
+{
+    uint64_t h = XXH3_64bits(&uid, sizeof(uid));
+    gr__hnode *n = gr__htab_find(&p->accts, h, acct_eq, &uid);
+    uacct *a;
+
+    if (n)
+        return gr__container_of(n, uacct, hn);
+    a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    a->uid = uid;
+    gr__htab_insert(&p->accts, &a->hn, h);
+    return a;
+}
+
+static void acct_put(prefetcher *p, uacct *a)
+{
+    if (a->lists || a->chunks || a->bytes)
+        return;
+    gr__htab_remove(&p->accts, &a->hn);
+    free(a);
+}
+
+static void charge_chunks(hint_list *l, int64_t d)
+{
+    l->acct->chunks = (uint64_t)((int64_t)l->acct->chunks + d);
+    l->p->chunks_total = (uint64_t)((int64_t)l->p->chunks_total + d);
+}
+
+static void charge_bytes(hint_list *l, int64_t d)
+{
+    l->acct->bytes = (uint64_t)((int64_t)l->acct->bytes + d);
+    l->p->bytes_total = (uint64_t)((int64_t)l->p->bytes_total + d);
+}
+
+static void note_error(hint_list *l, const char *norm, const char *why)
+{
+    l->errors++;
+    l->p->stats->hint_errors++;
+    snprintf(l->last_error, sizeof(l->last_error), "%.120s: %.120s", norm ? norm : "?", why);
+    log_debug("hint: %s", l->last_error);
+}
+
+/* ---- entries ---- */
 
 static hint_ent *ent(hint_list *l, uint64_t pos)
 {
@@ -296,7 +416,7 @@ static void ent_finish(hint_list *l, uint64_t pos, int keyed)
     srcfile_unref(&e->f);
     e->state = HE_DONE;
     l->pending--;
-    p->entries_total--;
+    charge_chunks(l, -1);
 }
 
 static void list_unref(hint_list *l)
@@ -304,6 +424,7 @@ static void list_unref(hint_list *l)
     if (--l->refs)
         return;
     free(l->ents);
+    free(l->rg);
     free(l);
 }
 
@@ -321,6 +442,83 @@ static void advance(hint_list *l)
         l->base = l->cursor;
     }
 }
+
+static int ents_reserve(hint_list *l, uint64_t more)
+{
+    uint64_t cap = l->cap ? l->cap : 256;
+    hint_ent *e;
+
+    if (l->n + more <= l->cap)
+        return 0;
+    while (cap < l->n + more)
+        cap *= 2;
+    e = realloc(l->ents, (size_t)cap * sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    l->ents = e;
+    l->cap = cap;
+    return 0;
+}
+
+/* ---- ranges ---- */
+
+static hint_range *range(hint_list *l, uint64_t seq)
+{
+    return &l->rg[seq - l->rbase];
+}
+
+/* Free the head range and give its accounting back. */
+static void range_pop(hint_list *l)
+{
+    hint_range *r = &l->rg[0];
+
+    charge_bytes(l, -(int64_t)r->bytes);
+    charge_chunks(l, -(int64_t)r->chunks);
+    l->rchunks -= r->chunks;
+    free(r->norm);
+    srcfile_unref(&r->f);
+    memmove(l->rg, l->rg + 1, (size_t)(l->rn - 1) * sizeof(*l->rg));
+    l->rn--;
+    l->rbase++;
+}
+
+/* Cut the head ranges into entries while few entries wait unfetched.
+ * Returns how many entries it added (0: nothing to cut now). */
+static uint64_t expand(hint_list *l)
+{
+    uint64_t added = 0;
+
+    while (l->rn && l->base + l->n - l->ahead < EXPAND_AHEAD) {
+        hint_range *r = &l->rg[0];
+        hint_ent *e;
+
+        if (r->state != RG_READY)
+            break;              /* the head is being resolved: wait for it */
+        if (r->next > r->last) {
+            range_pop(l);
+            continue;
+        }
+        if (ents_reserve(l, 1) < 0)
+            break;
+        e = &l->ents[l->n++];
+        memset(e, 0, sizeof(*e));
+        e->f = srcfile_ref(r->f);
+        e->idx = r->next++;
+        e->len = (uint32_t)srcfile_chunk_len(r->f, e->idx);
+        e->owner = r->owner;
+        e->state = HE_WAITING;
+        /* The chunk moves from the range to its entry: the user's count is
+         * unchanged. */
+        r->chunks--;
+        l->rchunks--;
+        l->pending++;
+        l->p->stats->hint_entries_added++;
+        added++;
+    }
+    return added;
+}
+
+static void start_resolve(hint_list *l);
 
 /* Bytes all lists together may have fetched ahead: half the DRAM tier. */
 static uint64_t global_limit(const prefetcher *p)
@@ -350,8 +548,7 @@ static void hint_fetched(void *arg, chunk *c, int err, const char *errmsg)
         ent(l, pos)->state == HE_FETCHING) {
         hint_ent *e = ent(l, pos);
         if (err < 0 || !c) {
-            l->p->stats->hint_errors++;
-            log_debug("hint: %s", errmsg ? errmsg : strerror(-err));
+            note_error(l, e->f->path, errmsg ? errmsg : strerror(-err));
             ent_finish(l, pos, 1);
         } else {
             e->held = chunk_ref(c);
@@ -366,7 +563,8 @@ static void hint_fetched(void *arg, chunk *c, int err, const char *errmsg)
     list_unref(l);
 }
 
-/* Start fetching entries until the window is full. */
+/* Start fetching entries until the window is full, cutting ranges into
+ * entries and resolving ranges as the list moves on. */
 static void pump(hint_list *l)
 {
     prefetcher *p = l->p;
@@ -376,13 +574,17 @@ static void pump(hint_list *l)
         return;
     l->pumping = 1;
     global = global_limit(p);
-    limit = p->hint_window < global ? p->hint_window : global;
-    while (l->ahead < l->base + l->n && l->window_bytes < limit && p->window_total < global) {
+    limit = p->lim.hint_window < global ? p->lim.hint_window : global;
+    while (l->window_bytes < limit && p->window_total < global) {
         uint8_t key[CHUNK_KEY_LEN];
-        uint64_t pos = l->ahead;
-        hint_ent *e = ent(l, pos);
+        uint64_t pos;
+        hint_ent *e;
         hint_req *r;
 
+        if (l->ahead == l->base + l->n && !expand(l))
+            break;
+        pos = l->ahead;
+        e = ent(l, pos);
         l->ahead++;
         if (e->state != HE_WAITING)
             continue;
@@ -399,30 +601,218 @@ static void pump(hint_list *l)
         r->l = l;
         r->pos = pos;
         l->refs++;
-        fetcher_prefetch(p->fx, e->f, e->idx, SCHED_HINT, (int64_t)l->uid, hint_fetched, r);
+        fetcher_prefetch(p->fx, e->f, e->idx, SCHED_HINT, e->owner, hint_fetched, r);
     }
+    expand(l);
+    start_resolve(l);
     l->pumping = 0;
 }
+
+/* ---- resolution (I/O threads) ---- */
+
+typedef struct ritem {
+    uint64_t seq;
+    char *norm;                 /* a copy: the range may go meanwhile */
+    int root;
+    srcfile *cached;            /* the attribute cache had it (root, trust_all: no job needed) */
+    struct stat st;
+    int rc;
+    char err[200];
+} ritem;
+
+typedef struct rbatch {
+    wq_job job;                 /* first */
+    hint_list *l;
+    uint64_t gen;
+    int judge;                  /* judge access (not root, not trust_all) */
+    size_t n;
+    ritem items[];
+} rbatch;
+
+static void rbatch_run(wq_job *j)
+{
+    rbatch *b = (rbatch *)j;
+    prefetcher *p = b->l->p;
+
+    for (size_t i = 0; i < b->n; i++) {
+        ritem *it = &b->items[i];
+        struct stat jst;
+
+        if (it->cached)
+            continue;
+        /* Judged before the file is even opened: a refused hint costs
+         * nothing and says nothing about what lies below a directory its
+         * user may not search. */
+        if (b->judge) {
+            it->rc = judge_read(p->jg, it->norm, &b->l->cred, &jst, it->err, sizeof(it->err));
+            if (it->rc < 0)
+                continue;
+        }
+        it->rc = source_stat(p->src, it->norm, it->root, &it->st, it->err, sizeof(it->err));
+        if (it->rc == 0 && b->judge &&
+            (jst.st_dev != it->st.st_dev || jst.st_ino != it->st.st_ino)) {
+            snprintf(it->err, sizeof(it->err), "changed while being judged");
+            it->rc = -ESTALE;
+        }
+    }
+}
+
+/* A resolved range: its chunks, exactly, against the user's limit. */
+static void range_ready(hint_list *l, hint_range *r, srcfile *f)
+{
+    prefetcher *p = l->p;
+    uint64_t size = (uint64_t)f->st.st_size, end, first, last, n;
+
+    r->state = RG_READY;
+    r->next = 1;
+    r->last = 0;                /* nothing to cut, unless below */
+    if (size == 0 || (r->off >= size)) {
+        if (size && r->off >= size)
+            note_error(l, r->norm, "the range starts past the end of the file");
+        goto drop_estimate;
+    }
+    end = r->len && r->len < size - r->off ? r->off + r->len : size;
+    first = r->off / f->chunk_size;
+    last = (end - 1) / f->chunk_size;
+    n = last - first + 1;
+    if (l->acct->chunks - r->chunks + n > p->lim.hint_max_entries) {
+        note_error(l, r->norm, "over [prefetch] hint_max_entries (the user's hinted chunks)");
+        l->full = 1;
+        goto drop_estimate;
+    }
+    charge_chunks(l, (int64_t)n - (int64_t)r->chunks);
+    l->rchunks = l->rchunks - r->chunks + n;
+    r->chunks = n;
+    r->f = srcfile_ref(f);
+    r->next = first;
+    r->last = last;
+    /* Into the user's own shared memory only once it has proven it may read
+     * the file (or needs no proof); else quarantine until a proven read. */
+    r->owner = l->cred.uid == 0 || p->lim.trust_all || proofs_has(p->pr, l->cred.uid, f->id)
+                   ? (int64_t)l->cred.uid
+                   : ARENA_QUARANTINE;
+    return;
+drop_estimate:
+    charge_chunks(l, -(int64_t)r->chunks);
+    l->rchunks -= r->chunks;
+    r->chunks = 0;
+}
+
+static void rbatch_done(wq_job *j)
+{
+    rbatch *b = (rbatch *)j;
+    hint_list *l = b->l;
+    double now = gr__now_s();
+
+    if (!l->dead && b->gen == l->gen)
+        l->resolving = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        ritem *it = &b->items[i];
+        srcfile *f = it->cached;
+
+        if (l->dead || b->gen != l->gen || it->seq < l->rbase) {
+            free(it->norm);
+            srcfile_unref(&it->cached);
+            continue;
+        }
+        if (!f && it->rc == 0 && j->cancelled)
+            it->rc = -ECANCELED;
+        if (!f && it->rc == 0) {
+            f = source_install(l->p->src, it->norm, it->root, &it->st, now);
+            it->norm = NULL;
+            if (!f)
+                it->rc = -ENOMEM;
+        }
+        if (it->rc < 0) {
+            hint_range *r = range(l, it->seq);
+            note_error(l, r->norm, it->err[0] ? it->err : strerror(-it->rc));
+            r->state = RG_READY;
+            r->next = 1;
+            r->last = 0;
+            charge_chunks(l, -(int64_t)r->chunks);
+            l->rchunks -= r->chunks;
+            r->chunks = 0;
+        } else {
+            range_ready(l, range(l, it->seq), f);
+        }
+        srcfile_unref(&f);
+        free(it->norm);
+    }
+    if (!l->dead)
+        pump(l);
+    list_unref(l);
+    free(b);
+}
+
+/* Resolve the next new ranges near the head, in one batch: by the attribute
+ * cache where no judging is needed, else on an I/O thread. */
+static void start_resolve(hint_list *l)
+{
+    prefetcher *p = l->p;
+    uint64_t from = 0, to;
+    size_t n = 0;
+    int must_judge = l->cred.uid != 0 && !p->lim.trust_all, need_job = 0;
+    double now = gr__now_s();
+    rbatch *b;
+
+    if (l->resolving || l->dead)
+        return;
+    for (from = l->rbase; from < l->rbase + l->rn && from < l->rbase + RESOLVE_AHEAD; from++)
+        if (range(l, from)->state == RG_NEW)
+            break;
+    if (from >= l->rbase + l->rn || from >= l->rbase + RESOLVE_AHEAD)
+        return;
+    for (to = from; to < l->rbase + l->rn && to - from < RESOLVE_BATCH; to++)
+        if (range(l, to)->state != RG_NEW)
+            break;
+    b = calloc(1, sizeof(*b) + (size_t)(to - from) * sizeof(ritem));
+    if (!b)
+        return;                 /* tried again at the next pump */
+    b->job.run = rbatch_run;
+    b->job.done = rbatch_done;
+    b->l = l;
+    b->gen = l->gen;
+    b->judge = must_judge;
+    for (uint64_t s = from; s < to; s++) {
+        hint_range *r = range(l, s);
+        ritem *it = &b->items[n++];
+        it->seq = s;
+        it->root = r->root;
+        it->norm = strdup(r->norm);
+        if (!it->norm) {
+            it->rc = -ENOMEM;
+            continue;
+        }
+        if (!must_judge)
+            it->cached = source_lookup(p->src, r->norm, now);
+        need_job |= !it->cached;
+        r->state = RG_RESOLVING;
+    }
+    b->n = n;
+    l->refs++;
+    l->resolving = 1;
+    if (need_job)
+        workers_submit(p->w, &b->job, WQ_BACKGROUND);
+    else
+        rbatch_done(&b->job);
+}
+
+/* ---- consumption ---- */
 
 /* The fetcher's consume hook: a demand lookup of key consumes the entries
  * fetched for it, and drops those its lists have clearly passed. */
 static void consume_hook(void *arg, const uint8_t key[CHUNK_KEY_LEN])
 {
     prefetcher *p = arg;
-    keynode **kp = &p->keys[key_bucket(key)];
+    uint64_t h = key_hash(key);
+    gr__hnode *n;
 
-    while (*kp) {
-        keynode *k = *kp;
-        hint_list *l;
-        uint64_t pos, slack;
+    while ((n = gr__htab_find(&p->keys, h, key_eq, key))) {
+        keynode *k = gr__container_of(n, keynode, hn);
+        hint_list *l = k->l;
+        uint64_t pos = k->pos, slack;
 
-        if (memcmp(k->key, key, CHUNK_KEY_LEN) != 0) {
-            kp = &k->next;
-            continue;
-        }
-        *kp = k->next;
-        l = k->l;
-        pos = k->pos;
+        gr__htab_remove(&p->keys, n);
         free(k);
         ent_finish(l, pos, 0);
         /* Readers reorder a little (DataLoader workers): entries up to half
@@ -433,30 +823,37 @@ static void consume_hook(void *arg, const uint8_t key[CHUNK_KEY_LEN])
         while (l->cursor + slack < pos) {
             if (ent(l, l->cursor)->state != HE_DONE) {
                 p->stats->hint_skipped++;
+                l->skipped++;
                 ent_finish(l, l->cursor, 1);
             }
             l->cursor++;
         }
         advance(l);
         pump(l);
-        kp = &p->keys[key_bucket(key)];   /* the chain may have changed */
     }
 }
 
-hint_list *hint_list_new(prefetcher *p, uid_t uid, gid_t gid)
+/* ---- lists ---- */
+
+hint_list *hint_list_new(prefetcher *p, const access_cred *cred)
 {
     hint_list *l = calloc(1, sizeof(*l));
 
     if (!l)
         return NULL;
+    l->acct = acct_get(p, cred->uid);
+    if (!l->acct) {
+        free(l);
+        return NULL;
+    }
+    l->acct->lists++;
     l->p = p;
-    l->uid = uid;
-    l->gid = gid;
+    l->cred = *cred;
     l->refs = 1;
     return l;
 }
 
-/* Finish every entry (holds released). */
+/* Finish every entry (holds released) and drop every range. */
 static void list_clear(hint_list *l)
 {
     for (uint64_t pos = l->base; pos < l->base + l->n; pos++)
@@ -464,214 +861,108 @@ static void list_clear(hint_list *l)
     l->base += l->n;
     l->n = 0;
     l->cursor = l->ahead = l->base;
-}
-
-static void batch_free(hint_batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        free(b->items[i].norm);
-        srcfile_unref(&b->items[i].f);
-    }
-    free(b->items);
-    free(b);
+    while (l->rn)
+        range_pop(l);
+    l->gen++;
+    l->resolving = 0;           /* a batch in flight is void now */
+    l->full = 0;
 }
 
 void hint_list_free(hint_list **lp)
 {
     hint_list *l = *lp;
+    prefetcher *p;
 
     if (!l)
         return;
+    p = l->p;
     list_clear(l);
     l->dead = 1;
-    /* Batches still being resolved and fetches in flight hold references:
-     * their completions see dead and free what is theirs. */
+    l->acct->lists--;
+    acct_put(p, l->acct);
+    l->acct = NULL;
+    /* Batches being resolved and fetches in flight hold references: their
+     * completions see dead and free what is theirs. */
     *lp = NULL;
     list_unref(l);
 }
 
-uint64_t hint_list_pending(const hint_list *l)
+void hint_list_status(const hint_list *l, hint_status *st)
 {
-    return l->pending;
+    st->accepted = l->accepted;
+    st->ranges = l->ranges;
+    st->pending = l->pending + l->rchunks;
+    st->errors = l->errors;
+    st->skipped = l->skipped;
+    st->last_error = l->last_error;
 }
 
-/* The caller may read the file, by its mode bits (root may read all).
- * Supplementary groups are not consulted: a miss costs a hint, not data. */
-static int may_read(const hint_list *l, const struct stat *st)
-{
-    if (l->uid == 0)
-        return 1;
-    if (st->st_uid == l->uid)
-        return (st->st_mode & S_IRUSR) != 0;
-    if (st->st_gid == l->gid)
-        return (st->st_mode & S_IRGRP) != 0;
-    return (st->st_mode & S_IROTH) != 0;
-}
-
-static int ents_reserve(hint_list *l, uint64_t more)
-{
-    uint64_t cap = l->cap ? l->cap : 1024;
-    hint_ent *e;
-
-    if (l->n + more <= l->cap)
-        return 0;
-    while (cap < l->n + more)
-        cap *= 2;
-    e = realloc(l->ents, (size_t)cap * sizeof(*e));
-    if (!e)
-        return -ENOMEM;
-    l->ents = e;
-    l->cap = cap;
-    return 0;
-}
-
-/* Expand one resolved range into entries. */
-static void append_item(hint_list *l, bitem *it)
-{
-    prefetcher *p = l->p;
-    srcfile *f = it->f;
-    uint64_t size, end, first, last;
-
-    if (it->rc < 0 || !f) {
-        p->stats->hint_errors++;
-        return;
-    }
-    size = (uint64_t)f->st.st_size;
-    if (!may_read(l, &f->st) || (it->off >= size && size > 0)) {
-        p->stats->hint_errors++;
-        return;
-    }
-    if (size == 0)
-        return;
-    end = it->len && it->len < size - it->off ? it->off + it->len : size;
-    first = it->off / f->chunk_size;
-    last = (end - 1) / f->chunk_size;
-    if (l->pending + (last - first + 1) > p->hint_max || ents_reserve(l, last - first + 1) < 0) {
-        p->stats->hint_errors++;
-        return;
-    }
-    for (uint64_t i = first; i <= last; i++) {
-        hint_ent *e = &l->ents[l->n++];
-        memset(e, 0, sizeof(*e));
-        e->f = srcfile_ref(f);
-        e->idx = i;
-        e->len = (uint32_t)srcfile_chunk_len(f, i);
-        e->state = HE_WAITING;
-        l->pending++;
-        p->entries_total++;
-    }
-    p->stats->hint_entries_added += last - first + 1;
-}
-
-/* Append the finished batches at the head, in order. */
-static void batches_drain(hint_list *l)
-{
-    while (l->bhead && l->bhead->finished) {
-        hint_batch *b = l->bhead;
-        l->bhead = b->next;
-        if (!l->bhead)
-            l->btail = NULL;
-        if (!l->dead)
-            for (size_t i = 0; i < b->n; i++)
-                append_item(l, &b->items[i]);
-        batch_free(b);
-        list_unref(l);
-    }
-    if (!l->dead)
-        pump(l);
-}
-
-/* I/O thread: stat the ranges the attr cache did not know. */
-static void batch_run(wq_job *j)
-{
-    hint_batch *b = (hint_batch *)j;
-    char err[256];
-
-    for (size_t i = 0; i < b->n; i++) {
-        bitem *it = &b->items[i];
-        if (it->rc == 0 && !it->f)
-            it->rc = source_stat(b->l->p->src, it->norm, it->root, &it->st, err, sizeof(err));
-    }
-}
-
-static void batch_done(wq_job *j)
-{
-    hint_batch *b = (hint_batch *)j;
-    hint_list *l = b->l;
-    double now = gr__now_s();
-
-    for (size_t i = 0; i < b->n; i++) {
-        bitem *it = &b->items[i];
-        if (it->rc == 0 && !it->f && j->cancelled)
-            it->rc = -ECANCELED;
-        if (it->rc == 0 && !it->f) {
-            it->f = source_install(l->p->src, it->norm, it->root, &it->st, now);
-            it->norm = NULL;
-            if (!it->f)
-                it->rc = -ENOMEM;
-        }
-    }
-    b->finished = 1;
-    /* Holds a reference until drained, so l is alive here. */
-    l->refs++;
-    batches_drain(l);
-    list_unref(l);
-}
-
-int hint_list_append(hint_list *l, const proto_msg *m)
+int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st)
 {
     prefetcher *p = l->p;
     proto_hint_ent he;
-    hint_batch *b;
-    size_t off = 0, i = 0;
-    int need_stat = 0;
-    double now = gr__now_s();
+    uint64_t est = 0, bytes = 0;
+    size_t off = 0;
 
     if (m->u.hint.flags & PROTO_HINT_CLEAR)
         list_clear(l);
-    if (m->u.hint.count == 0)
-        return 0;
-    if (l->pending + m->u.hint.count > p->hint_max)
+    l->accepted = 0;
+    /* The message's cost, before anything is appended: ranges (and their
+     * paths), and chunks as far as known (a whole file counts one until it
+     * is resolved). */
+    while (proto_hint_next(m, &off, &he) == 1) {
+        bytes += RANGE_BYTES(he.path_len);
+        est += he.len ? he.len / 65536 + 2 : 1;
+    }
+    if (m->u.hint.count &&
+        ((l->full && l->acct->chunks >= p->lim.hint_max_entries) ||
+         l->acct->chunks + (est < m->u.hint.count ? est : m->u.hint.count) > p->lim.hint_max_entries ||
+         l->acct->bytes + bytes > p->lim.hint_memory ||
+         p->bytes_total + bytes > p->lim.hint_memory_total)) {
+        hint_list_status(l, st);
         return -E2BIG;
-    b = calloc(1, sizeof(*b));
-    if (b)
-        b->items = calloc(m->u.hint.count, sizeof(*b->items));
-    if (!b || !b->items) {
-        free(b);
-        return -ENOMEM;
     }
-    b->n = m->u.hint.count;
-    while (i < b->n && proto_hint_next(m, &off, &he) == 1) {
-        bitem *it = &b->items[i++];
-        char err[256];
-        it->off = he.off;
-        it->len = he.len;
-        it->rc = source_resolve(p->src, he.path, he.path_len, &it->norm, &it->root, err,
-                                sizeof(err));
-        if (it->rc < 0)
-            continue;
-        it->f = source_lookup(p->src, it->norm, now);
-        if (it->f) {
-            free(it->norm);
-            it->norm = NULL;
-        } else {
-            need_stat = 1;
+    l->full = 0;
+    if (m->u.hint.count && l->rn + m->u.hint.count > l->rcap) {
+        uint64_t cap = l->rcap ? l->rcap : 64;
+        hint_range *rg;
+        while (cap < l->rn + m->u.hint.count)
+            cap *= 2;
+        rg = realloc(l->rg, (size_t)cap * sizeof(*rg));
+        if (!rg) {
+            hint_list_status(l, st);
+            return -ENOMEM;
         }
+        l->rg = rg;
+        l->rcap = cap;
     }
-    b->job.run = batch_run;
-    b->job.done = batch_done;
-    b->l = l;
-    l->refs++;                  /* the batch's, dropped when drained */
-    if (l->btail)
-        l->btail->next = b;
-    else
-        l->bhead = b;
-    l->btail = b;
-    if (need_stat) {
-        workers_submit(p->w, &b->job, WQ_BACKGROUND);
-    } else {
-        b->finished = 1;
-        batches_drain(l);
+    off = 0;
+    while (proto_hint_next(m, &off, &he) == 1) {
+        hint_range *r = &l->rg[l->rn];
+        char err[256];
+        char *norm;
+        int root;
+
+        if (source_resolve(p->src, he.path, he.path_len, &norm, &root, err, sizeof(err)) < 0) {
+            note_error(l, NULL, err);
+            continue;
+        }
+        memset(r, 0, sizeof(*r));
+        r->norm = norm;
+        r->root = root;
+        r->off = he.off;
+        r->len = he.len;
+        r->bytes = (uint32_t)RANGE_BYTES(strlen(norm));
+        r->chunks = 1;          /* until resolved */
+        r->state = RG_NEW;
+        charge_bytes(l, r->bytes);
+        charge_chunks(l, 1);
+        l->rchunks++;
+        l->rn++;
+        l->ranges++;
+        l->accepted++;
     }
+    pump(l);
+    hint_list_status(l, st);
     return 0;
 }

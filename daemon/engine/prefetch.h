@@ -11,16 +11,35 @@
  * to [prefetch] readahead_max) while almost none is; and it never passes an
  * eighth of the DRAM tier.
  *
- * Hints: a hint_list per connection holds the chunks its job will read, in
- * order.  The list is fetched ahead of the job (class SCHED_HINT) until the
- * fetched-but-unread bytes reach the window (hint_window, and half of the
- * DRAM tier over all lists); each such chunk is held in DRAM (dram_hold)
- * until a demand lookup of it, from any connection, consumes it.  Entries
- * the job has clearly passed (more than half the started span, and at least
- * 64 entries, behind the one it just read) are dropped as skipped, so that
- * chunks the job never reads cannot stall the list.
+ * Hints: a hint_list per connection holds the ranges its job will read, in
+ * order, as it sent them (a path and a byte range each): nothing is done per
+ * chunk when a HINT arrives, so a one-line HINT of a huge file costs a few
+ * dozen bytes, not an entry per chunk.  Ranges are resolved (the file found
+ * and judged) on I/O threads a few dozen ahead of the list's cursor, and
+ * cut into chunks only as the fetch window moves: the list is fetched ahead
+ * of the job (class SCHED_HINT) until the fetched-but-unread bytes reach
+ * the window (hint_window, and half of the DRAM tier over all lists); each
+ * such chunk is held in DRAM (dram_hold) until a demand lookup of it, from
+ * any connection, consumes it.  Entries the job has clearly passed (more
+ * than half the started span, and at least 64 entries, behind the one it
+ * just read) are dropped as skipped, so that chunks the job never reads
+ * cannot stall the list.
  *
- * Threads: loop thread only; path resolution runs as worker jobs.
+ * Hints and access (who may learn what): a hinted file is judged exactly as
+ * far as the daemon can without the client's open (judge.h: search on every
+ * directory of its path, read on the file, mode bits, groups, ACLs) before
+ * anything of it is read; a refused range costs nothing and is reported to
+ * its connection.  Its chunks are fetched into the hinting user's own
+ * shared memory only if that user has proven it may read the file (an
+ * OPEN with its fd proof, proofs.h), or is root, or access_check is none;
+ * else into quarantine (arena.h), which no client maps, until a proven
+ * reader claims them.
+ *
+ * Limits: every user's lists together may name at most hint_max_entries
+ * chunks and hold hint_memory bytes of ranges; all users together
+ * hint_memory_total.  A HINT that would pass them is refused with E2BIG.
+ *
+ * Threads: loop thread only; resolution runs as worker jobs.
  */
 #ifndef GR_PREFETCH_H
 #define GR_PREFETCH_H
@@ -28,8 +47,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "access.h"
 #include "dram.h"
 #include "fetch.h"
+#include "judge.h"
+#include "proofs.h"
 #include "proto.h"
 #include "source.h"
 #include "stats.h"
@@ -37,16 +59,24 @@
 
 typedef struct prefetcher prefetcher;
 
-/* Over the engine and tiers (borrowed).  Installs itself as fx's consume
- * hook.  0 or -ENOMEM. */
-int prefetcher_new(fetcher *fx, dram *d, source *src, workers *w, gr_stats *stats,
-                   prefetcher **out);
+/* Over the engine, tiers, access judge and proofs (all borrowed).  Installs
+ * itself as fx's consume hook.  0 or -ENOMEM. */
+int prefetcher_new(fetcher *fx, dram *d, source *src, judge *jg, proofs *pr, workers *w,
+                   gr_stats *stats, prefetcher **out);
 /* Every hint list must be freed first.  NULL-safe. */
 void prefetcher_free(prefetcher **p);
 
-/* Limits ([prefetch] keys), at start and on reload. */
-void prefetcher_configure(prefetcher *p, uint64_t readahead_max, uint64_t hint_window,
-                          uint64_t hint_max_entries);
+/* The [prefetch] keys, and whether access_check is none (then every hint
+ * is fetched into its user's memory).  At start and on reload. */
+typedef struct prefetch_limits {
+    uint64_t readahead_max;
+    uint64_t hint_window;
+    uint64_t hint_max_entries;  /* chunks per uid */
+    uint64_t hint_memory;       /* bytes of ranges per uid */
+    uint64_t hint_memory_total; /* bytes of ranges over all uids */
+    int trust_all;              /* access_check = none */
+} prefetch_limits;
+void prefetcher_configure(prefetcher *p, const prefetch_limits *lim);
 
 /* Gauges for a stats snapshot. */
 void prefetcher_snapshot(const prefetcher *p, gr_stats *out);
@@ -68,22 +98,34 @@ void prefetch_readahead(prefetcher *p, ra_state *ra, srcfile *f, uint64_t off, u
 
 typedef struct hint_list hint_list;
 
-/* A list for a client with these credentials (ranges it may not read by the
- * file's mode bits are skipped).  NULL on out-of-memory. */
-hint_list *hint_list_new(prefetcher *p, uid_t uid, gid_t gid);
+/* What a connection's list has come to (the HINT reply's records). */
+typedef struct hint_status {
+    uint64_t accepted;          /* ranges of the last HINT appended */
+    uint64_t ranges;            /* ranges appended since the list began (or was cleared) */
+    uint64_t pending;           /* chunks named and not yet read, skipped or failed */
+    uint64_t errors;            /* ranges refused or failed (unresolvable, unreadable, ...) */
+    uint64_t skipped;           /* chunks dropped because the job read past them */
+    const char *last_error;     /* the latest failure's reason, "" if none */
+} hint_status;
+
+/* A list for a client with these credentials (copied).  NULL on
+ * out-of-memory. */
+hint_list *hint_list_new(prefetcher *p, const access_cred *cred);
 
 /* Drop the list: holds released, fetches in flight forgotten.  NULL-safe. */
 void hint_list_free(hint_list **l);
 
 /*
  * Append the ranges of a decoded HINT request (m->u.hint; PROTO_HINT_CLEAR
- * clears first).  Paths are checked lexically now and resolved on an I/O
- * thread; batches are appended in the order they arrive.  0, or -E2BIG when
- * the list would exceed hint_max_entries, or -ENOMEM.
+ * clears first; a HINT of no ranges only asks for the status).  Paths are
+ * checked lexically now (a bad one is counted as an error, the others go
+ * on) and resolved later.  0, or -E2BIG (nothing appended: the user's lists
+ * are at hint_max_entries chunks or hint_memory bytes, or all users' at
+ * hint_memory_total), or -ENOMEM.  *st is filled in every case.
  */
-int hint_list_append(hint_list *l, const proto_msg *m);
+int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st);
 
-/* Entries not yet consumed or dropped. */
-uint64_t hint_list_pending(const hint_list *l);
+/* The list's status now (the strings live until the next call on l). */
+void hint_list_status(const hint_list *l, hint_status *st);
 
 #endif

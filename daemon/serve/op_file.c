@@ -106,6 +106,9 @@ static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
         reply_error(c, PROTO_OP_OPEN, req_id, rc, err);
         return;
     }
+    /* The user's hints for this file may fetch into its memory from now on. */
+    if (proof >= 0 && c->cred.uid != 0)
+        proofs_add(c->srv->d.pr, c->cred.uid, f->id);
     reply_attr(c, req_id, f);
 }
 
@@ -160,6 +163,16 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     uint64_t t0 = gr__now_ns();
 
     s->d.stats->opens++;
+    /* A proof is asked for before the path is even looked at: the answer
+     * is the same whether the file exists, is cached or lies in a directory
+     * this peer may not search, so an OPEN without one tells nothing. */
+    if (proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "none") != 0) {
+        reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOKEY,
+                    "access proof required: pass your own read fd of the file with the OPEN "
+                    "(libgranary does)");
+        conn_latency(c, GR_LAT_open, t0);
+        return;
+    }
     rc = source_resolve(s->d.src, m->u.open.path, m->u.open.len, &norm, &root, err, sizeof(err));
     if (rc < 0) {
         reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);

@@ -24,6 +24,13 @@ void op_hello(conn *c, const proto_msg *m, int *fds, int nfds)
                     "protocol version not supported");
         return;
     }
+    /* Replies may be up to PROTO_MAX_MSG: a client that cannot take that
+     * would see messages cut short, so it is told now. */
+    if (m->u.hello.max_msg < PROTO_MAX_MSG) {
+        reply_error(c, PROTO_OP_HELLO, m->h.req_id, -EMSGSIZE,
+                    "max_msg below the daemon's largest reply (PROTO_MAX_MSG)");
+        return;
+    }
     o = outmsg_new(PROTO_HELLO_LEN);
     if (!o) {
         conn_fail(c, "out of memory for a HELLO reply");

@@ -117,7 +117,6 @@ static void readx_reply(conn *c, readreq *r)
         ext[n].flags = 0;
         if (first) {
             m->fds[m->nfds++] = arena_segment_fd(ar, ch->blk.seg);
-            arena_segment_exposed(ar, ch->blk.seg);
             ext[n].flags = PROTO_EXTENT_FD;
         }
         ext[n].seg = ch->blk.seg;

@@ -39,6 +39,7 @@ typedef struct server_deps {
     dram *dram;
     nvme_tier *nvme;                /* NULL without an NVMe tier */
     prefetcher *pf;
+    proofs *pr;                 /* OPEN's access proofs, for hints */
     warmup *wu;
     gr_stats *stats;
 } server_deps;

@@ -66,7 +66,6 @@ typedef struct arena_seg {
     int32_t head[ARENA_ORDERS]; /* first free block of each order, -1 if none */
     int64_t owner;              /* uid whose blocks it holds, ARENA_NO_OWNER */
     uint32_t gen;               /* +1 per renewal */
-    int exposed;                /* its fd went to a client since its last renewal */
 } arena_seg;
 
 struct arena {
@@ -408,15 +407,15 @@ static void take(arena *a, uint32_t si, uint32_t k, uint32_t want, arena_block *
     out->ptr = a->segs[si].base + out->off;
 }
 
-/* Give the wholly free segment si to owner, renewing its memfd if another
- * owner's clients may map it. */
+/* Give the wholly free segment si to owner, renewing its memfd if it had
+ * another owner: its free blocks hold that owner's bytes. */
 static int seg_claim(arena *a, uint32_t si, int64_t owner)
 {
     arena_seg *s = &a->segs[si];
     char err[128];
     int fd;
 
-    if (s->owner != owner && s->exposed) {
+    if (s->owner != owner && s->owner != ARENA_NO_OWNER) {
         fd = seg_memfd(a, &s->base, err, sizeof(err));
         if (fd < 0) {
             log_error("arena: renewing segment %" PRIu32 ": %s", si, err);
@@ -425,7 +424,6 @@ static int seg_claim(arena *a, uint32_t si, int64_t owner)
         close(s->fd);
         s->fd = fd;
         s->gen++;
-        s->exposed = 0;
         a->renewals++;
     }
     s->owner = owner;
@@ -476,12 +474,6 @@ int64_t arena_segment_owner(const arena *a, uint32_t seg)
 uint32_t arena_segment_gen(const arena *a, uint32_t seg)
 {
     return seg < a->nsegs ? a->segs[seg].gen : 0;
-}
-
-void arena_segment_exposed(arena *a, uint32_t seg)
-{
-    if (seg < a->nsegs)
-        a->segs[seg].exposed = 1;
 }
 
 int arena_segment_fd(const arena *a, uint32_t seg)

@@ -17,16 +17,17 @@
  * that is the DRAM tier's hard limit.  Metadata costs 9 bytes per 4 KiB.
  *
  * Tenancy: on a node shared by several users, a client must never map bytes
- * of a file it may not read, so segments have owners (uids).
- * arena_alloc_for takes blocks only from the owner's segments, or takes
- * over a wholly free segment.  A segment whose fd was handed out
- * (arena_segment_exposed) and that changes owner gets a fresh memfd first,
- * mapped at the same address: the old owner's clients keep their old
- * mapping, which shows only what it held while theirs, and never the new
- * owner's bytes.  Each renewal bumps the segment's generation, so the
- * server knows to send the new fd.  (The old memfd's pages live on while a
- * client still maps them: at most one segment per renewal per client, until
- * that client disconnects.)
+ * of a file it may not read, so segments have owners (uids, or
+ * ARENA_QUARANTINE).  arena_alloc_for takes blocks only from the owner's
+ * segments, or takes over a wholly free segment.  A segment that changes
+ * owner always gets a fresh memfd first, mapped at the same address,
+ * whether or not its fd was ever handed out: its freed blocks still hold
+ * the previous owner's bytes, and the new owner's clients will map it.  The
+ * old owner's clients keep their old mapping, which shows only what it held
+ * while theirs, and never the new owner's bytes.  Each renewal bumps the
+ * segment's generation, so the server knows to send the new fd.  (The old
+ * memfd's pages live on while a client still maps them: at most one segment
+ * per renewal per client, until that client disconnects.)
  *
  * Threads: the loop thread only (the daemon's I/O threads write into blocks
  * they were handed, never call these functions).
@@ -39,6 +40,10 @@
 
 #define ARENA_MIN_BLOCK 4096
 #define ARENA_NO_OWNER (-1)
+/* The owner of chunks fetched for a client that has not yet shown it may
+ * read them (a job's hints before its OPEN): no client is ever handed such
+ * a segment, and a proven reader gets the chunk copied into its own. */
+#define ARENA_QUARANTINE (-2)
 
 typedef struct arena arena;
 
@@ -73,9 +78,10 @@ void arena_free(arena **a);
  * segment has a free block that large, -EINVAL for a bad size. */
 int arena_alloc(arena *a, uint64_t size, arena_block *out);
 
-/* A block for owner (>= 0, a uid): from a segment owner holds, else from a
- * wholly free segment that owner takes over (renewed if it was exposed to
- * another owner).  0, -ENOMEM, -EINVAL, or the error of a failed renewal. */
+/* A block for owner (a uid, or ARENA_QUARANTINE): from a segment owner
+ * holds, else from a wholly free segment that owner takes over (renewed if
+ * it had another owner).  0, -ENOMEM, -EINVAL, or the error of a failed
+ * renewal. */
 int arena_alloc_for(arena *a, uint64_t size, int64_t owner, arena_block *out);
 
 /* Segment seg's owner, ARENA_NO_OWNER if none. */
@@ -83,9 +89,6 @@ int64_t arena_segment_owner(const arena *a, uint32_t seg);
 
 /* Segment seg's generation: 1 at creation, +1 per renewal. */
 uint32_t arena_segment_gen(const arena *a, uint32_t seg);
-
-/* Segment seg's fd is being handed to a client (of its owner). */
-void arena_segment_exposed(arena *a, uint32_t seg);
 
 /* Return a block from arena_alloc.  Buddies merge. */
 void arena_release(arena *a, const arena_block *b);
