@@ -891,12 +891,16 @@ static void reply_text(conn *c, uint8_t op, uint32_t req_id, const char *text, s
     conn_send(c, m);
 }
 
-/* Whether the peer (uid, primary gid, pid) may run admin commands: root, or
- * a member of admin_gid (supplementary groups from /proc/PID/status). */
-static int peer_is_admin(const server *s, uid_t uid, gid_t gid, pid_t pid)
+/* Whether the peer on connection fd (uid, primary gid) may run admin
+ * commands: root, or a member of admin_gid.  The supplementary groups come
+ * from SO_PEERGROUPS, the kernel's record of the peer's credentials at
+ * connect(2), like SO_PEERCRED: nothing to race with, and no need to read
+ * the peer's /proc/PID/status, which the unit's ProtectProc=invisible hides
+ * from the daemon's user.  Fails closed: no groups, no admin. */
+static int peer_is_admin(const server *s, int fd, uid_t uid, gid_t gid)
 {
-    char path[64], line[4096];
-    FILE *f;
+    gid_t small[64], *groups = small;
+    socklen_t len = sizeof(small);
     int ok = 0;
 
     if (uid == 0)
@@ -905,23 +909,21 @@ static int peer_is_admin(const server *s, uid_t uid, gid_t gid, pid_t pid)
         return 0;
     if (gid == s->admin_gid)
         return 1;
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "re");
-    if (!f)
-        return 0;
-    while (!ok && fgets(line, sizeof(line), f)) {
-        char *p, *end;
-        if (strncmp(line, "Groups:", 7))
-            continue;
-        for (p = line + 7;; p = end) {
-            unsigned long g = strtoul(p, &end, 10);
-            if (end == p)
-                break;
-            if ((gid_t)g == s->admin_gid)
-                ok = 1;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+        /* ERANGE: more than 64 groups; len is what they need. */
+        if (errno != ERANGE || !(groups = malloc(len)) ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+            log_debug("SO_PEERGROUPS: %s", strerror(errno));
+            if (groups != small)
+                free(groups);
+            return 0;
         }
     }
-    fclose(f);
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        if (groups[i] == s->admin_gid)
+            ok = 1;
+    if (groups != small)
+        free(groups);
     return ok;
 }
 
@@ -1464,7 +1466,7 @@ static void server_accept(evutil_socket_t lfd, short what, void *arg)
         c->uid = cred.uid;
         c->gid = cred.gid;
         c->pid = cred.pid;
-        c->is_admin = peer_is_admin(s, cred.uid, cred.gid, cred.pid);
+        c->is_admin = peer_is_admin(s, fd, cred.uid, cred.gid);
         c->refs = 1;
         c->ev = event_new(s->d.base, fd, EV_READ | EV_PERSIST, conn_event, c);
         if (!c->ev || event_add(c->ev, NULL) < 0) {
