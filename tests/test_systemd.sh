@@ -35,6 +35,12 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     sed 's/^/    /' "$dir/verify"
     check "systemd-analyze verify exit 0" test "$rc" -eq 0
     check "systemd-analyze verify prints nothing" test ! -s "$dir/verify"
+    # The same score tests/test_systemd_vm.sh reads from a running systemd.
+    score=$(systemd-analyze security --offline=true "$dir/unit/granaryd.service" 2>/dev/null |
+            sed -n 's/.*Overall exposure level for granaryd.service: \([0-9.]*\).*/\1/p')
+    echo "    systemd-analyze security --offline: exposure ${score:-?}"
+    check "exposure score at most 2.0 (got ${score:-none})" \
+        awk -v s="$score" 'BEGIN { exit !(s != "" && s + 0 <= 2.0) }'
     for k in Type=notify NotifyAccess=main WatchdogSec=30s User=granary Group=granary \
              RuntimeDirectory=granary CacheDirectory=granary StateDirectory=granary \
              ProtectSystem=strict 'CapabilityBoundingSet=' NoNewPrivileges=yes; do
