@@ -3,8 +3,9 @@
 # under ASan+UBSan, the shell tests (tests/test_*.sh, among them
 # test_systemd_vm.sh: the unit under a real systemd in QEMU), and the
 # integration suite with the daemon under valgrind (skip that with
-# VALGRIND=0).  A shell test that cannot run here passes and says SKIP.  Prints one line per suite and a closing
-# "N passed, N failed" line; exits non-zero if anything failed.
+# VALGRIND=0).  A shell test that cannot run here passes and says SKIP.
+# Prints one line per suite and a closing "N passed, N failed" line; exits
+# non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
