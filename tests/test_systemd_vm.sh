@@ -240,7 +240,7 @@ timeout "$VM_TIMEOUT" qemu-system-x86_64 -nographic -no-reboot -accel tcg \
     -drive file="$W/root.img",if=virtio,format=raw,cache=unsafe \
     -kernel "$K/boot/vmlinuz-$KVER" -initrd "$W/initrd.cpio" \
     -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet mitigations=off" \
-    </dev/null 2>&1 | tr -d '\r' > "$W/console.log"
+    </dev/null 2>&1 | sed -u 's/\r$//' > "$W/console.log"
 qrc=${PIPESTATUS[0]}
 say "qemu exited ($qrc) after $(secs "$t")s; console: $W/console.log"
 

@@ -53,8 +53,10 @@ waitfor() {
         sleep 0.2
     done
 }
-as() { local u=$1; shift; setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"; }
-stat_of() { granaryctl stats --json | sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p"; }
+# Clients get a time limit: a stopped daemon's socket still accepts.
+as() { local u=$1; shift; timeout 60 setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"; }
+ctl() { timeout 20 granaryctl "$@"; }
+stat_of() { ctl stats --json | sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p"; }
 # A point in the journal: the time now.  (Not a cursor: journalctl 252's
 # --after-cursor with matches skips the first matching entry after it.)
 mark() { echo "$EPOCHREALTIME"; }
@@ -95,12 +97,13 @@ bindfs -o allow_other,default_permissions "$S" "$D"
 chk source_is_fuse_mount test "$(findmnt -n -o FSTYPE "$D")" = fuse
 
 # ---- install, the README's steps after make install -----------------------------
-systemd-sysusers
+systemd-sysusers granary.conf
 chk sysusers_user_granary getent passwd granary
 chk sysusers_group_granary_admin getent group granary-admin
-useradd -M -s /bin/sh -G granary alice
-useradd -M -s /bin/sh -G granary,granary-admin bob
-useradd -M -s /bin/sh carol
+for u in alice bob carol; do useradd -M -s /bin/sh "$u"; done
+usermod -aG granary alice
+usermod -aG granary,granary-admin bob
+# The operator's edit: the source roots, and capacities that fit the VM.
 setkey source roots "$D" && setkey source chunk_size 1M && setkey dram capacity 64M &&
     setkey nvme capacity 256M
 chk config_edited_and_valid granaryd --check-config --config "$CONF"
@@ -164,9 +167,9 @@ chk alice_evict_refused_exit_4 test "$rc" -eq 4
 chk bob_admin_group_evict_allowed as bob granaryctl evict "$D/evictme.bin"
 chk bob_pin as bob granaryctl pin "$D/sample.bin"
 chk bob_unpin as bob granaryctl unpin "$D/sample.bin"
-chk bob_warmup_wait as bob timeout 120 granaryctl warmup "$D/warm" --wait
+chk bob_warmup_wait as bob granaryctl warmup "$D/warm" --wait
 chk warmup_cached_8_files test "$(stat_of warmup_files)" -ge 8
-chk health_ok granaryctl health
+chk health_ok ctl health
 # The metrics endpoint on loopback TCP, through IPAddressAllow=localhost.
 scrape() {
     exec 3<>/dev/tcp/127.0.0.1/9464 || return 1
@@ -189,9 +192,10 @@ chk reload_exit_0 test "$rc" -eq 0
 chk reload_live_key_applied_info jprio "$c" 6 "reload: log_level = debug"
 chk reload_restart_key_logged_as_warning jprio "$c" 4 "reload: [source] chunk_size = 2M: takes effect after a restart"
 # log_level is live: a client's connection is now logged at debug level.
-granaryctl stats >/dev/null
+ctl stats >/dev/null
 chk debug_lines_after_reload waitfor 20 jprio "$c" 7 "connected: pid"
-chk running_chunk_size_unchanged sh -c 'granaryctl config | grep -Eq "^chunk_size = (1M|1048576)"'
+running_chunk() { ctl config | grep -Eq "^chunk_size = (1M|1048576)"; }
+chk running_chunk_size_unchanged running_chunk
 c=$(mark)
 printf '[daemon]\nno_such_key = 1\n' >> "$CONF"
 systemctl reload granaryd
