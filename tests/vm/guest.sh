@@ -85,6 +85,17 @@ active_again() {   # active_again OLDPID OLDRESTARTS
     [ "$(prop NRestarts)" -gt "$2" ] && [ "$(prop ActiveState)" = active ] &&
         [ "$(prop MainPID)" != "$1" ] && [ "$(prop MainPID)" != 0 ]
 }
+# finish: the journal when something failed, then "@@DONE" and power off.
+finish() {
+    info "checks done in $(elapsed "$T0")s, $nfail failed"
+    if [ "$nfail" -ne 0 ]; then
+        journalctl -b -u "$U" --no-pager -o short-monotonic | grep -v 'unit-root\|mount_setattr\|duplicate\|redundant' |
+            tail -n 60 | sed 's/^/@@INFO j: /'
+    fi
+    echo "@@DONE"
+    systemctl poweroff --no-block
+    exit 0
+}
 score_of() { sed -n 's/.*Overall exposure level for granaryd.service: \([0-9.]*\).*/\1/p'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 <= b + 0) }'; }
 
@@ -109,13 +120,15 @@ setkey source roots "$D" && setkey source chunk_size 1M && setkey dram capacity 
 chk config_edited_and_valid granaryd --check-config --config "$CONF"
 # The test's own drop-in, not an operator's step: a short watchdog (the
 # shipped 30 s would cost the test half a minute), SIGSYS instead of EPERM
-# for a call the filter misses (so that one cannot pass unnoticed), and a
-# post-stop probe of the socket before systemd removes /run/granary.
+# for a call the filter misses (so that one cannot pass unnoticed), probes
+# run inside the sandbox before each start (tests/vm/sandbox_probe.c), and
+# a post-stop probe of the socket before systemd removes /run/granary.
 mkdir -p "$DROPIN"
 cat > "$DROPIN/50-vm-test.conf" <<'EOF'
 [Service]
 WatchdogSec=6s
 SystemCallErrorNumber=kill
+ExecStartPre=/usr/local/bin/granary-sandbox-probe
 ExecStopPost=/bin/sh -c 'if [ -e /run/granary/granary.sock ]; then echo "stop-check: socket left behind"; else echo "stop-check: socket removed"; fi; echo "stop-check: result=$${SERVICE_RESULT} code=$${EXIT_CODE} status=$${EXIT_STATUS}"'
 EOF
 case ${VM_FAULT:-} in
@@ -124,6 +137,8 @@ syscall) printf '[Service]\nSystemCallFilter=~memfd_create\n' > "$DROPIN/90-faul
 esac
 [ -n "${VM_FAULT:-}" ] && info "NEGATIVE CONTROL VM_FAULT=$VM_FAULT: this run must fail"
 systemctl daemon-reload
+# A few huge pages, for the probe's MFD_HUGETLB memfd.
+echo 4 > /proc/sys/vm/nr_hugepages
 # PID 1 logs each notification it gets (READY=1, STOPPING=1) at debug level.
 systemd-analyze log-level debug
 
@@ -140,6 +155,10 @@ chk is_active test "$(systemctl is-active granaryd)" = active
 chk is_enabled test "$(systemctl is-enabled granaryd)" = enabled
 PID=$(prop MainPID)
 info "MainPID $PID, StatusText: $(prop StatusText)"
+if [ "$(systemctl is-active granaryd)" != active ]; then
+    info "granaryd is not running: the other checks cannot run"
+    finish
+fi
 chk status_text_cold test "$(prop StatusText)" = "serving 1 roots; NVMe index loaded: 0 chunks"
 status_shows() { systemctl status granaryd --no-pager | grep -F "Status: \"$1\""; }
 chk systemctl_status_shows_status status_shows "serving 1 roots; NVMe index loaded: 0 chunks"
@@ -149,6 +168,14 @@ chk no_new_privs grep -q '^NoNewPrivs:[[:space:]]*1$' "/proc/$PID/status"
 chk seccomp_filter_on grep -q '^Seccomp:[[:space:]]*2$' "/proc/$PID/status"
 no_caps() { ! grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' "/proc/$1/status" | grep -v '0000000000000000$'; }
 chk no_capabilities no_caps "$PID"
+# What the probe found inside the sandbox, at this first start.
+probe_ok() {
+    journalctl -b -u "$U" -o cat --no-pager | grep '^sandbox-probe: ' > /tmp/probe.txt
+    grep ' FAIL ' /tmp/probe.txt
+    grep -q '^sandbox-probe: hugetlb_memfd ok$' /tmp/probe.txt &&
+        grep -q '^sandbox-probe: done 0 failed$' /tmp/probe.txt && ! grep -q ' FAIL ' /tmp/probe.txt
+}
+chk sandbox_probe_inside_unit probe_ok
 
 # ---- clients ----------------------------------------------------------------------------
 cat_as() { as "$1" granaryctl cat "$D/$2" | cmp - "$S/$2"; }
@@ -180,6 +207,12 @@ scrape() {
         grep -q '^granary_bytes_served_total [1-9]' /tmp/metrics.txt
 }
 chk metrics_scrape_loopback scrape
+# The code paths the system call filter must allow ran, not their fallbacks:
+# the DRAM tier's sealed memfds, openat2 for source paths, O_DIRECT for the
+# NVMe tier's data files (each fallback is logged).
+chk dram_tier_memfds sh -c "ls -l /proc/$PID/fd | grep -q 'memfd:granary-arena'"
+chk openat2_in_use sh -c "! journalctl -b -u $U -o cat --no-pager | grep -F 'openat2 unavailable'"
+chk o_direct_in_use sh -c "! journalctl -b -u $U -o cat --no-pager | grep -F 'refuses O_DIRECT'"
 
 # ---- reload, and journald priorities ---------------------------------------------------------
 cp "$CONF" /tmp/granary.conf.orig
@@ -257,6 +290,7 @@ rwmounts=$(awk '{ split($0, a, " - "); split(a[1], f, " "); split(a[2], g, " ");
 info "writable mounts in the daemon's namespace: $rwmounts"
 mounts_ok() {
     local m
+    [ -n "$rwmounts" ] || { echo "no daemon, no mounts to judge"; return 1; }
     for m in $rwmounts; do
         case $m in
         /run/granary:* | /var/cache/granary:* | /var/lib/granary:* | /tmp:* | /var/tmp:*) ;;
@@ -266,6 +300,22 @@ mounts_ok() {
     done
 }
 chk sandbox_writable_mounts_expected mounts_ok
+# Without RestrictSUIDSGID= (it breaks openat2): a setuid file the daemon's
+# user makes is out of other users' reach in its 0700 directories, and
+# inert in /run/granary (/run is nosuid).
+suid_inert() {
+    local g="-S $(id -u granary) -G $(id -g granary)"
+    # shellcheck disable=SC2086
+    nsenter -t "$PID" -m $g -- /bin/sh -c 'cp /usr/bin/id /var/cache/granary/.suid-id &&
+        chmod 4755 /var/cache/granary/.suid-id && cp /usr/bin/id /run/granary/.suid-id &&
+        chmod 4755 /run/granary/.suid-id' || return 1
+    ! as alice test -e /var/cache/granary/.suid-id &&
+        test "$(as alice /run/granary/.suid-id -u)" = "$(id -u alice)"
+    local rc=$?
+    rm -f /var/cache/granary/.suid-id /run/granary/.suid-id
+    return $rc
+}
+chk setuid_files_out_of_reach_or_inert suid_inert
 private_tmp() {
     nsenter -t "$PID" -m -S "$(id -u granary)" -G "$(id -g granary)" -- \
         /bin/sh -c 'echo x > /tmp/granary-tmp-probe' && test ! -e /tmp/granary-tmp-probe
@@ -305,6 +355,11 @@ waitfor 60 active_again "$PID" "$R0"
 rc=$?
 info "SIGSTOP $PID: restarted as $(prop MainPID) after $(elapsed "$t")s (NRestarts $(prop NRestarts), WatchdogUSec $(prop WatchdogUSec))"
 chk watchdog_restarts_stopped_daemon test "$rc" -eq 0
+if [ "$rc" -ne 0 ] && [ "${PID:-0}" -gt 1 ]; then
+    # Not caught: kill it, so that the checks after this one still run.
+    kill -KILL "$PID"
+    waitfor 60 active_again "$PID" "$R0"
+fi
 chk watchdog_timeout_logged jhas "" "Watchdog timeout"
 chk stopped_process_gone test ! -d "/proc/$PID"
 chk restart_status_counts_index test "$(prop StatusText)" = "serving 1 roots; NVMe index loaded: $N0 chunks"
@@ -358,9 +413,4 @@ chk inactive test "$(systemctl is-active granaryd)" = inactive
 chk socket_gone test ! -e "$SOCK"
 chk restarts_only_the_induced_ones test "$R1" -eq "$((R0 + 1))"
 
-info "checks done in $(elapsed "$T0")s, $nfail failed"
-if [ "$nfail" -ne 0 ]; then
-    journalctl -b -u "$U" --no-pager -o short-monotonic | tail -n 60 | sed 's/^/@@INFO j: /'
-fi
-echo "@@DONE"
-systemctl poweroff --no-block
+finish
