@@ -163,6 +163,7 @@ cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$R/usr/local/bin/gr_read" tests/vm/g
 cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$R/usr/local/bin/granary-sandbox-probe" \
     tests/vm/sandbox_probe.c 2>"$W/cc.log" || { cat "$W/cc.log"; die "cc tests/vm/sandbox_probe.c"; }
 install -m 0755 "${VM_GUEST:-tests/vm/guest.sh}" "$R/usr/local/bin/granary-vm-checks"
+# shellcheck disable=SC2086  # a list of programs
 [ -n "${VM_EXTRA_BIN:-}" ] && install -m 0755 $VM_EXTRA_BIN "$R/usr/local/bin/"
 cat > "$R/etc/systemd/system/granary-vm-checks.service" <<EOF
 [Unit]

@@ -16,9 +16,11 @@
 # VM_FAULT (negative controls, each must make the run FAIL):
 #   watchdog  WatchdogSec=0: a stopped event loop goes unnoticed
 #   syscall   memfd_create denied by the system call filter: SIGSYS at start
+# Most functions run only through chk (indirectly).
+# shellcheck disable=SC2317
 set -u
 set -o pipefail
-export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SYSTEMD_PAGER= SYSTEMD_COLORS=0 LC_ALL=C.UTF-8
+export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SYSTEMD_PAGER="" SYSTEMD_COLORS=0 LC_ALL=C.UTF-8
 U=granaryd.service
 SOCK=/run/granary/granary.sock
 CONF=/etc/granary/granary.conf
@@ -245,15 +247,15 @@ prio_ok() {
     local p tag n all=0
     for p in 3:error 4:warn 6:info 7:debug; do
         tag=${p#*:}
-        n=$(journalctl -b _SYSTEMD_UNIT=$U SYSLOG_IDENTIFIER=granaryd PRIORITY=${p%%:*} -o cat --no-pager | grep -c .)
+        n=$(journalctl -b _SYSTEMD_UNIT="$U" SYSLOG_IDENTIFIER=granaryd PRIORITY="${p%%:*}" -o cat --no-pager | grep -c .)
         echo "PRIORITY=${p%%:*}: $n lines"
         [ "$n" -gt 0 ] || return 1
-        journalctl -b _SYSTEMD_UNIT=$U SYSLOG_IDENTIFIER=granaryd PRIORITY=${p%%:*} -o cat --no-pager |
+        journalctl -b _SYSTEMD_UNIT="$U" SYSLOG_IDENTIFIER=granaryd PRIORITY="${p%%:*}" -o cat --no-pager |
             grep -v "^granaryd $tag: " && return 1
         all=$((all + n))
     done
-    journalctl -b _SYSTEMD_UNIT=$U SYSLOG_IDENTIFIER=granaryd -o cat --no-pager | grep -E '^<[0-9]>' && return 1
-    [ "$all" -eq "$(journalctl -b _SYSTEMD_UNIT=$U SYSLOG_IDENTIFIER=granaryd -o cat --no-pager | grep -c .)" ]
+    journalctl -b _SYSTEMD_UNIT="$U" SYSLOG_IDENTIFIER=granaryd -o cat --no-pager | grep -E '^<[0-9]>' && return 1
+    [ "$all" -eq "$(journalctl -b _SYSTEMD_UNIT="$U" SYSLOG_IDENTIFIER=granaryd -o cat --no-pager | grep -c .)" ]
 }
 chk journal_priorities_match_levels prio_ok
 warnings_only() {
@@ -268,8 +270,8 @@ PID=$(prop MainPID)
 # even for a user the permissions would let write.
 bad=
 for p in /etc /usr /var/lib /var/log /var/cache /srv/data /mnt/dfs /root /home /opt /dev/shm /dev/mqueue /dev/hugepages /run /run/lock /run/user; do
-    out=$(nsenter -t "$PID" -m -- /bin/sh -c "echo x > $p/.granary-probe" 2>&1)
-    if [ $? -eq 0 ] || ! printf '%s' "$out" | grep -q 'Read-only file system' || [ -e "$p/.granary-probe" ]; then
+    if out=$(nsenter -t "$PID" -m -- /bin/sh -c "echo x > $p/.granary-probe" 2>&1) ||
+        ! printf '%s' "$out" | grep -q 'Read-only file system' || [ -e "$p/.granary-probe" ]; then
         bad="$bad $p($out)"
         rm -f "$p/.granary-probe"
     fi
@@ -304,16 +306,14 @@ chk sandbox_writable_mounts_expected mounts_ok
 # user makes is out of other users' reach in its 0700 directories, and
 # inert in /run/granary (/run is nosuid).
 suid_inert() {
-    local g="-S $(id -u granary) -G $(id -g granary)"
-    # shellcheck disable=SC2086
-    nsenter -t "$PID" -m $g -- /bin/sh -c 'cp /usr/bin/id /var/cache/granary/.suid-id &&
+    nsenter -t "$PID" -m -S "$(id -u granary)" -G "$(id -g granary)" -- /bin/sh -c 'cp /usr/bin/id /var/cache/granary/.suid-id &&
         chmod 4755 /var/cache/granary/.suid-id && cp /usr/bin/id /run/granary/.suid-id &&
         chmod 4755 /run/granary/.suid-id' || return 1
     ! as alice test -e /var/cache/granary/.suid-id &&
         test "$(as alice /run/granary/.suid-id -u)" = "$(id -u alice)"
     local rc=$?
     rm -f /var/cache/granary/.suid-id /run/granary/.suid-id
-    return $rc
+    return "$rc"
 }
 chk setuid_files_out_of_reach_or_inert suid_inert
 private_tmp() {
