@@ -95,22 +95,36 @@ if [ -z "$KPKG" ]; then
 fi
 [ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 (apt-cache depends)"
 KVER=${KPKG#linux-image-}
-K=$W/kernel-$KVER
-if [ ! -f "$K/.done" ]; then
-    say "downloading and unpacking $KPKG (not installing it)"
-    rm -rf "$K" "$W/debs"
-    mkdir -p "$K" "$W/debs"
-    (cd "$W/debs" && apt-get download "$KPKG" >>"$W/apt.log" 2>&1) || die "apt-get download $KPKG"
-    dpkg-deb -x "$W"/debs/"$KPKG"_*.deb "$K" || die "dpkg-deb -x $KPKG"
-    depmod -b "$K" "$KVER" || die "depmod"
-    rm -rf "$W/debs"
-    touch "$K/.done"
-fi
 # Modules the root file system needs before systemd (virtio disk, ext4),
 # and FUSE for the bindfs source; Debian builds all of them as modules.
+# Only they and the kernel image are kept (the package is 400 MiB unpacked).
 MODS="virtio_pci virtio_blk crc32c_generic ext4 fuse"
-KOS=$(for m in $MODS; do modprobe -d "$K" -S "$KVER" --show-depends "$m"; done |
-      awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++')
+K=$W/kernel-$KVER
+kos() {   # kos TREE: the module files of $MODS and their dependencies, in load order
+    for m in $MODS; do modprobe -d "$1" -S "$KVER" --show-depends "$m"; done |
+        awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++'
+}
+if [ "$(cat "$K/.done" 2>/dev/null)" != "$MODS" ]; then
+    say "downloading and unpacking $KPKG (not installing it)"
+    rm -rf "$K" "$K.tmp" "$W/debs"
+    mkdir -p "$K.tmp" "$W/debs"
+    (cd "$W/debs" && apt-get download "$KPKG" >>"$W/apt.log" 2>&1) || die "apt-get download $KPKG"
+    dpkg-deb -x "$W"/debs/"$KPKG"_*.deb "$K.tmp" || die "dpkg-deb -x $KPKG"
+    depmod -b "$K.tmp" "$KVER" || die "depmod"
+    mkdir -p "$K/boot" "$K/lib/modules/$KVER"
+    cp "$K.tmp/boot/vmlinuz-$KVER" "$K/boot/" || die "no vmlinuz-$KVER in $KPKG"
+    cp "$K.tmp/lib/modules/$KVER"/modules.order "$K.tmp/lib/modules/$KVER"/modules.builtin* \
+        "$K/lib/modules/$KVER/" 2>/dev/null
+    for ko in $(kos "$K.tmp"); do
+        rel=${ko#"$K.tmp"}
+        mkdir -p "$K$(dirname "$rel")"
+        cp "$ko" "$K$rel"
+    done
+    depmod -b "$K" "$KVER" || die "depmod"
+    rm -rf "$K.tmp" "$W/debs"
+    echo "$MODS" > "$K/.done"
+fi
+KOS=$(kos "$K")
 [ -n "$KOS" ] || die "no kernel modules found for: $MODS"
 
 # ---- the root file system, built once -----------------------------------------

@@ -135,7 +135,7 @@ ExecStopPost=/bin/sh -c 'if [ -e /run/granary/granary.sock ]; then echo "stop-ch
 EOF
 case ${VM_FAULT:-} in
 watchdog) printf '[Service]\nWatchdogSec=0\n' > "$DROPIN/90-fault.conf" ;;
-syscall) printf '[Service]\nSystemCallFilter=~memfd_create\n' > "$DROPIN/90-fault.conf" ;;
+syscall) printf '[Service]\nExecStartPre=\nSystemCallFilter=~memfd_create\n' > "$DROPIN/90-fault.conf" ;;
 esac
 [ -n "${VM_FAULT:-}" ] && info "NEGATIVE CONTROL VM_FAULT=$VM_FAULT: this run must fail"
 systemctl daemon-reload
