@@ -198,8 +198,10 @@ fuzz-regress: $(FUZZERS)
 # configuration goes to /etc/granary whatever the prefix (granaryd's
 # default path), and an existing one is kept.  The directories /run/granary
 # and /var/cache/granary come from the unit, so no tmpfiles.d file.
-# Afterwards: systemd-sysusers; systemctl daemon-reload;
-# systemctl enable --now granaryd.
+# Afterwards, as README.md's "Installing on a node" says (and
+# tests/test_systemd_vm.sh does in a VM): systemd-sysusers granary.conf;
+# usermod -aG granary USER; edit /etc/granary/granary.conf;
+# systemctl daemon-reload; systemctl enable --now granaryd.
 VERSION      ?= 0.1.0
 BINDIR       ?= $(PREFIX)/bin
 SBINDIR      ?= $(PREFIX)/sbin

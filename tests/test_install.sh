@@ -168,6 +168,8 @@ if command -v systemd-sysusers >/dev/null 2>&1; then
     systemd-sysusers --root="$s" > /dev/null 2>&1
     check "systemd-sysusers creates user granary" grep -q '^granary:x:[0-9]*:[0-9]*:.*:/usr/sbin/nologin$' "$s/etc/passwd"
     check "systemd-sysusers creates group granary" grep -q '^granary:x:' "$s/etc/group"
+    check "systemd-sysusers creates group granary-admin (the default admin_group)" \
+        grep -q '^granary-admin:x:' "$s/etc/group"
 else
     echo "SKIP systemd-sysusers: not installed"
 fi

@@ -5,6 +5,12 @@
  * line on a hot path costs one branch when debug logging is off.  Call sites
  * add the failing call and strerror themselves: log_warn("open %s: %s", p,
  * strerror(errno)).
+ *
+ * Under systemd (StandardError=journal, the default) each line carries its
+ * priority as an sd-daemon(3) prefix, "<3>" error, "<4>" warn, "<6>" info,
+ * "<7>" debug, so that journald files it at that PRIORITY=; anywhere else
+ * lines are plain.  "Under systemd" means $JOURNAL_STREAM names the device
+ * and inode of stderr, checked once, at the first line.
  */
 #ifndef GR_LOG_H
 #define GR_LOG_H
@@ -16,8 +22,15 @@ extern log_level log_current_level;
 /* Set the level below which lines are dropped. */
 void log_set_level(log_level l);
 
-/* Write one line "LEVEL message" to stderr; thread-safe (one write(2)). */
+/* Write one line "granaryd LEVEL: message" to stderr, behind its priority
+ * prefix when stderr is the journal's stream; thread-safe (one write(2)). */
 void log_write(log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether fd is the stream that journal_stream ($JOURNAL_STREAM,
+ * "DEVICE:INODE" in decimal) names: 1 when its st_dev and st_ino match, 0
+ * when they do not, when journal_stream is NULL, empty or malformed, or when
+ * fd cannot be fstat'ed. */
+int log_fd_is_journal(int fd, const char *journal_stream);
 
 /* Format a one-line reason into a caller's err buffer of errlen bytes (the
  * "char *err, size_t errlen" convention of set-up functions).  NULL-safe. */
