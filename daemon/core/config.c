@@ -101,6 +101,9 @@ static const config_key config_keys[] = {
     { "source", "attr_cache_max", KT_INT, 0, FIELD(attr_cache_max), 1024, 1 << 30, NULL,
       "1048576", "files whose attributes are kept in memory (about 300 bytes each); past it the "
       "oldest are forgotten", CONFIG_RESTART },
+    { "source", "fd_cache", KT_INT, 0, FIELD(fd_cache), 0, 1 << 20, NULL,
+      "4096", "source files held open from their OPEN to their chunk reads (one open per file, "
+      "not one per chunk); 0 opens per chunk read", CONFIG_RESTART },
     { "source", "max_inflight", KT_INT, 0, FIELD(max_inflight), 1, 4096, NULL,
       "16", "source reads at once (demand first; prefetch gets at most three quarters)", CONFIG_HOOK_MAX_INFLIGHT },
     { "prefetch", "readahead_max", KT_SIZE, 0, FIELD(readahead_max), 0, 4096 * MIB, NULL,

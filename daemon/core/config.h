@@ -40,6 +40,7 @@ typedef struct gr_config {
     uint64_t chunk_size;       /* bytes; power of two, 64K..256M */
     double attr_ttl;           /* seconds an attribute lookup is trusted, >= 0 */
     int attr_cache_max;        /* files whose attributes are kept; beyond, the oldest go */
+    int fd_cache;              /* source files held open between OPEN and chunk reads */
     int max_inflight;          /* source reads at once, demand and prefetch together */
     /* [prefetch] */
     uint64_t readahead_max;    /* largest read-ahead window of a sequential reader; 0 = off */

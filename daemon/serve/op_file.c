@@ -18,6 +18,7 @@ typedef struct openreq {
     wq_job job;
     conn *c;
     int proof;                  /* the client's fd of the file, or -1 */
+    int fd;                     /* the daemon's, for the chunk reads, or -1 */
     uint32_t req_id;
     char *norm;
     int root;
@@ -117,7 +118,8 @@ static void open_run(wq_job *j)
     openreq *o = (openreq *)j;
     conn *c = o->c;
 
-    o->rc = source_stat(c->srv->d.src, o->norm, o->root, &o->st, o->errmsg, sizeof(o->errmsg));
+    o->rc = source_stat_open(c->srv->d.src, o->norm, o->root, &o->st, &o->fd, o->errmsg,
+                             sizeof(o->errmsg));
 }
 
 static void open_done(wq_job *j)
@@ -129,12 +131,15 @@ static void open_done(wq_job *j)
     c->inflight--;
     if (c->dead) {
         free(o->norm);
+        if (o->rc == 0)
+            close(o->fd);
     } else if (o->rc < 0) {
         c->srv->d.stats->source_errors++;
         reply_error(c, PROTO_OP_OPEN, o->req_id, o->rc, o->errmsg);
         free(o->norm);
     } else {
-        f = source_install(c->srv->d.src, o->norm, o->root, &o->st, gr__now_s());
+        f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
+        o->fd = -1;
         if (f)
             open_reply(c, o->req_id, o->proof, f);
         else
@@ -197,6 +202,7 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     if (nfds > 0)
         fds[0] = -1;                /* the request keeps the proof until it ends */
     o->proof = proof;
+    o->fd = -1;
     o->job.run = open_run;
     o->job.done = open_done;
     o->c = conn_ref(c);

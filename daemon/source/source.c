@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -18,6 +19,7 @@
 #include <xxhash.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "log.h"
 #include "source.h"
 
@@ -41,6 +43,22 @@ struct gr_lov_user_md {
 };
 
 #define FS_SEEN_MAX 64                  /* distinct devices remembered */
+#define ROOT_RECHECK_S 1.0              /* a root's fd is checked against its path this often */
+
+/* A root's directory, held open so that an open beneath it is one
+ * openat2 (not an open of the root, then the openat2, then two closes).
+ * Checked against the root's path once a second, so that a root that is
+ * remounted is followed within that; an fd replaced while I/O threads
+ * still use it is closed by the last of them. */
+typedef struct rootfd {
+    int fd;                     /* -1: not open */
+    dev_t dev;
+    ino_t ino;
+    double checked;             /* gr__now_s() of the last check */
+    unsigned users;             /* threads between root_get and root_put */
+    int old_fd;                 /* a replaced fd still in use, or -1 */
+    unsigned old_users;
+} rootfd;
 
 struct source {
     char roots[CONFIG_MAX_ROOTS][PATH_MAX];
@@ -60,11 +78,17 @@ struct source {
     gr__htab attrs;
     gr__list age;
     size_t attr_max;
+    rootfd rfd[CONFIG_MAX_ROOTS];       /* under fs_lock */
+    /* Open source fds kept from OPEN to the chunk reads (loop thread):
+     * srcfiles holding one, least recently used first. */
+    gr__list fd_lru;
+    size_t nfds, fd_max;
 };
 
 int source_new(const gr_config *cfg, source **out)
 {
     source *s = calloc(1, sizeof(*s));
+    struct rlimit rl;
 
     if (!s)
         return -ENOMEM;
@@ -77,7 +101,18 @@ int source_new(const gr_config *cfg, source **out)
     s->attr_ttl = cfg->attr_ttl;
     s->have_openat2 = 1;
     s->attr_max = cfg->attr_cache_max;
+    s->fd_max = (size_t)cfg->fd_cache;
+    /* The rest of the fd limit is the clients', the arena's and RocksDB's. */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        s->fd_max > rl.rlim_cur / 4) {
+        s->fd_max = (size_t)(rl.rlim_cur / 4);
+        log_info("[source] fd_cache %d is more than a quarter of RLIMIT_NOFILE (%llu): %zu",
+                 cfg->fd_cache, (unsigned long long)rl.rlim_cur, s->fd_max);
+    }
     gr__list_init(&s->age);
+    gr__list_init(&s->fd_lru);
+    for (int i = 0; i < CONFIG_MAX_ROOTS; i++)
+        s->rfd[i].fd = s->rfd[i].old_fd = -1;
     if (gr__htab_init(&s->attrs, 1024) < 0) {
         free(s);
         return -ENOMEM;
@@ -100,6 +135,12 @@ void source_free(source **sp)
         srcfile_unref(&f);
     }
     gr__htab_fini(&s->attrs);
+    for (int i = 0; i < CONFIG_MAX_ROOTS; i++) {
+        if (s->rfd[i].fd >= 0)
+            close(s->rfd[i].fd);
+        if (s->rfd[i].old_fd >= 0)
+            close(s->rfd[i].old_fd);
+    }
     pthread_mutex_destroy(&s->fs_lock);
     free(s);
     *sp = NULL;
@@ -171,6 +212,82 @@ int source_resolve(source *s, const char *path, size_t len, char **norm, int *ro
     return -EACCES;
 }
 
+/* The root's directory fd for an open beneath it, or -errno (reason in
+ * err); give it back with root_put.  Opened on first use and whenever the
+ * root's path stops naming the directory the fd holds. */
+static int root_get(source *s, int root, char *err, size_t errlen)
+{
+    rootfd *r = &s->rfd[root];
+    double now = gr__now_s();
+    struct stat st;
+    int fd, e;
+
+    pthread_mutex_lock(&s->fs_lock);
+    if (r->fd >= 0 && now - r->checked < ROOT_RECHECK_S) {
+        r->users++;
+        fd = r->fd;
+        pthread_mutex_unlock(&s->fs_lock);
+        return fd;
+    }
+    pthread_mutex_unlock(&s->fs_lock);
+    /* Open (or check) outside the lock: a stalled mount must not hold up
+     * the threads that still have a good fd. */
+    fd = open(s->roots[root], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        e = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "source root %s: %s", s->roots[root], strerror(e));
+        return -e;
+    }
+    pthread_mutex_lock(&s->fs_lock);
+    if (r->fd >= 0 && r->dev == st.st_dev && r->ino == st.st_ino) {
+        close(fd);                      /* the same directory: keep the one held */
+    } else if (r->fd < 0 || r->old_fd < 0 || r->old_users == 0) {
+        if (r->fd >= 0) {
+            if (r->old_fd >= 0)
+                close(r->old_fd);
+            r->old_fd = r->fd;          /* closed by its last user */
+            r->old_users = r->users;
+            if (r->old_users == 0) {
+                close(r->old_fd);
+                r->old_fd = -1;
+            }
+        }
+        r->fd = fd;
+        r->users = 0;
+        r->dev = st.st_dev;
+        r->ino = st.st_ino;
+    } else {
+        /* The fd replaced last is still in use: keep the current one a
+         * little longer (until that use ends), and check again next time. */
+        close(fd);
+        r->users++;
+        fd = r->fd;
+        pthread_mutex_unlock(&s->fs_lock);
+        return fd;
+    }
+    r->checked = now;
+    r->users++;
+    fd = r->fd;
+    pthread_mutex_unlock(&s->fs_lock);
+    return fd;
+}
+
+static void root_put(source *s, int root, int fd)
+{
+    rootfd *r = &s->rfd[root];
+
+    pthread_mutex_lock(&s->fs_lock);
+    if (fd == r->fd && r->users > 0) {
+        r->users--;
+    } else if (fd == r->old_fd && r->old_users > 0 && --r->old_users == 0) {
+        close(r->old_fd);
+        r->old_fd = -1;
+    }
+    pthread_mutex_unlock(&s->fs_lock);
+}
+
 /* Open norm read-only, walking from its root with the kernel refusing any
  * escape.  Returns an fd or -errno. */
 static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
@@ -184,12 +301,9 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         rel++;
     if (!*rel)
         rel = ".";                      /* the root itself (a directory: admin walks) */
-    dfd = open(s->roots[root], O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "source root %s: %s", s->roots[root], strerror(e));
-        return -e;
-    }
+    dfd = root_get(s, root, err, errlen);
+    if (dfd < 0)
+        return dfd;
     if (s->have_openat2) {
         struct open_how how = {
             .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
@@ -216,7 +330,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
     }
     if (fd < 0) {
         int e = errno;
-        close(dfd);
+        root_put(s, root, dfd);
         if (e == EXDEV || e == ELOOP) {
             snprintf(err, errlen, "path outside the source roots (through a link): %.200s", norm);
             return -EACCES;
@@ -224,7 +338,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         snprintf(err, errlen, "open %.200s: %s", norm, strerror(e));
         return -e;
     }
-    close(dfd);
+    root_put(s, root, dfd);
     return fd;
 }
 
@@ -277,6 +391,16 @@ static uint32_t lustre_stripe(source *s, int fd, dev_t dev)
 
 int source_stat(source *s, const char *norm, int root, struct stat *st, char *err, size_t errlen)
 {
+    int fd, rc = source_stat_open(s, norm, root, st, &fd, err, errlen);
+
+    if (rc == 0)
+        close(fd);
+    return rc;
+}
+
+int source_stat_open(source *s, const char *norm, int root, struct stat *st, int *fdp,
+                     char *err, size_t errlen)
+{
     int fd = open_beneath(s, norm, root, err, errlen);
     int rc = 0;
 
@@ -293,7 +417,10 @@ int source_stat(source *s, const char *norm, int root, struct stat *st, char *er
         if (stripe)
             st->st_blksize = (blksize_t)stripe;
     }
-    close(fd);
+    if (rc < 0)
+        close(fd);
+    else
+        *fdp = fd;
     return rc;
 }
 
@@ -333,15 +460,17 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
     uint64_t want = srcfile_chunk_len(f, idx), got = 0;
     off_t off = (off_t)(idx * f->chunk_size);
     struct stat st;
-    int fd, rc = 0;
+    int fd = f->fd, rc = 0;
 
-    fd = open_beneath(s, f->path, f->root, err, errlen);
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
-        snprintf(err, errlen, "%.200s changed since it was opened", f->path);
-        rc = -ESTALE;
-        goto out;
+    if (fd < 0) {
+        fd = open_beneath(s, f->path, f->root, err, errlen);
+        if (fd < 0)
+            return fd;
+        if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
+            snprintf(err, errlen, "%.200s changed since it was opened", f->path);
+            rc = -ESTALE;
+            goto out;
+        }
     }
     while (got < want) {
         ssize_t n = pread(fd, (char *)buf + got, want - got, off + (off_t)got);
@@ -359,16 +488,24 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
         }
         got += (uint64_t)n;
     }
-    /* A file rewritten in place during the read keeps its inode: catch it by
-     * its mtime and size afterwards, so torn bytes are never cached. */
+    /* A file rewritten in place keeps its inode: catch it by its mtime and
+     * size afterwards, so torn bytes are never cached.  (Through a held fd
+     * this one check also covers changes since the OPEN.)  A file removed
+     * since is gone for its readers too, as with a fresh open. */
     if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
         snprintf(err, errlen, "%.200s changed while being read", f->path);
         rc = -ESTALE;
         goto out;
     }
+    if (st.st_nlink == 0) {
+        snprintf(err, errlen, "%.200s: %s (removed)", f->path, strerror(ENOENT));
+        rc = -ENOENT;
+        goto out;
+    }
     *len = (size_t)got;
 out:
-    close(fd);
+    if (fd != f->fd)
+        close(fd);
     return rc;
 }
 
@@ -417,20 +554,75 @@ srcfile *source_lookup(source *s, const char *norm, double now)
 
     if (!f || now - f->checked_at > s->attr_ttl)
         return NULL;
+    if (f->fd >= 0) {                   /* recently used: last to lose its fd */
+        gr__list_remove(&f->fdage);
+        gr__list_push_back(&s->fd_lru, &f->fdage);
+    }
     return srcfile_ref(f);
 }
 
+/* Close the fd of f (loop thread; nobody reads through it). */
+static void fd_drop(srcfile *f)
+{
+    if (f->fd < 0)
+        return;
+    close(f->fd);
+    f->fd = -1;
+    gr__list_remove(&f->fdage);
+    f->src->nfds--;
+}
+
+/* Keep fd for f if the fd cache has, or can make, room; else close it. */
+static void fd_keep(source *s, srcfile *f, int fd)
+{
+    unsigned looked = 0;
+
+    /* Make room: the least recently used fds that only the attr cache's
+     * reference holds (a reference more may be a read in flight on an I/O
+     * thread).  A few busy ones are skipped; past that, fd is not kept. */
+    for (gr__list *n = gr__list_first(&s->fd_lru); n && s->nfds >= s->fd_max && looked < 8;) {
+        srcfile *v = gr__list_entry(n, srcfile, fdage);
+        n = gr__list_next(&s->fd_lru, n);
+        looked++;
+        if (v->refs <= (unsigned)v->cached)
+            fd_drop(v);
+    }
+    if (s->nfds >= s->fd_max) {
+        close(fd);
+        return;
+    }
+    f->fd = fd;
+    f->src = s;
+    gr__list_push_back(&s->fd_lru, &f->fdage);
+    s->nfds++;
+}
+
+size_t source_open_fds(const source *s)
+{
+    return s->nfds;
+}
+
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now)
+{
+    return source_install_fd(s, norm, root, st, -1, now);
+}
+
+srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *st, int fd,
+                           double now)
 {
     srcfile *f = calloc(1, sizeof(*f)), *old;
     uint64_t cs = s->chunk_size;
 
     if (!f) {
         free(norm);
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
     f->refs = 1;
+    f->fd = -1;
     gr__list_init(&f->age);
+    gr__list_init(&f->fdage);
     f->path = norm;
     f->root = root;
     f->st = *st;
@@ -455,6 +647,8 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
     gr__htab_insert(&s->attrs, &f->hn, path_hash(norm));
     gr__list_push_back(&s->age, &f->age);
     f->cached = 1;
+    if (fd >= 0)
+        fd_keep(s, f, fd);
     return srcfile_ref(f);
 }
 
@@ -687,6 +881,7 @@ void srcfile_unref(srcfile **fp)
         return;
     *fp = NULL;
     if (--f->refs == 0) {
+        fd_drop(f);
         free(f->path);
         free(f);
     }

@@ -44,6 +44,14 @@ struct srcfile {
     int cached;                 /* still the attr cache's current entry */
     gr__hnode hn;               /* attr cache: by path */
     gr__list age;               /* attr cache: oldest first */
+    /* The file held open from its OPEN for the chunk reads, or -1 (see
+     * source_install_fd).  Closed by the loop thread only, when the fd
+     * cache needs room and nobody but the attr cache holds the srcfile, or
+     * when the srcfile goes: an I/O thread reading through it holds a
+     * reference, so the fd outlives every read. */
+    int fd;
+    struct source *src;         /* whose fd cache, when fd >= 0 */
+    gr__list fdage;             /* the fd cache: least recently used first */
 };
 
 /* Build the source from the config (roots, chunk size, attr TTL, attribute
@@ -67,12 +75,20 @@ int source_resolve(source *s, const char *path, size_t len, char **norm, int *ro
  * 0 or -errno with a reason in err (-EACCES for an escape attempt). */
 int source_stat(source *s, const char *norm, int root, struct stat *st,
                 char *err, size_t errlen);
+/* The same, keeping the open file: on 0, *fd is its read fd, for
+ * source_install_fd (which owns it from then on) or to close. */
+int source_stat_open(source *s, const char *norm, int root, struct stat *st, int *fd,
+                     char *err, size_t errlen);
 
 /*
  * I/O thread: read chunk idx of f into buf (at least f->chunk_size bytes).
- * *len gets the chunk's length (short for the last chunk).  The file is
- * opened afresh and must still have f's identity, before and after the
- * read: -ESTALE (with reason) if it changed or shrank, -errno otherwise.
+ * *len gets the chunk's length (short for the last chunk).  Through f's
+ * own fd when it holds one (no open, no lookup: the fd is the inode f was
+ * identified by); else the file is opened afresh beneath its root and must
+ * still have f's identity before the read.  After the read it must still
+ * have it (size, mtime), so that bytes of a file rewritten meanwhile are
+ * never returned: -ESTALE (with reason) if it changed or shrank, -ENOENT if
+ * it was removed, -errno otherwise.
  */
 int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size_t *len,
                       char *err, size_t errlen);
@@ -93,6 +109,14 @@ srcfile *source_lookup(source *s, const char *norm, double now);
  * it (replacing an older entry), and return it with a new reference.  Takes
  * ownership of norm.  NULL only on out-of-memory (norm freed). */
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now);
+/* The same with the file's open fd from source_stat_open (or -1), which it
+ * owns from then on: kept for the chunk reads while the fd cache ([source]
+ * fd_cache fds) has room, making room by closing the least recently used
+ * fd that nobody is reading through; else closed at once. */
+srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *st, int fd,
+                           double now);
+/* Loop thread: source files held open now (the fd cache's fill). */
+size_t source_open_fds(const source *s);
 
 /*
  * I/O thread: call cb(arg, id) with the identity of norm if it is a regular
