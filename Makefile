@@ -38,6 +38,13 @@ CFLAGS  ?=
 DAEMON_DIRS := $(sort $(dir $(wildcard daemon/*/*.c daemon/*/*.h)))
 INCDIRS  := common proto $(DAEMON_DIRS) client
 CPPFLAGS += -D_GNU_SOURCE $(addprefix -iquote ,$(INCDIRS))
+# The GPU path (client/gpu*.c) builds against the CUDA toolkit's cuda.h
+# where it exists (its prototypes then check ours), else against the
+# declarations in client/gpu_cuda.h; it never links CUDA (dlopen at run time).
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+CPPFLAGS += -isystem $(CUDA_HOME)/include
+endif
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
 PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
@@ -46,7 +53,7 @@ PROTO_SRC  := proto/proto.c
 # common/: the helpers daemon, client and tools share (one copy each).
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*/*.c)
-CLIENT_SRC := client/granary.c
+CLIENT_SRC := client/granary.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
 # bench/kv.c (memcached and Redis clients) and bench/util.c (clock, random,
