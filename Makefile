@@ -73,7 +73,8 @@ BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
               $(B)/tests/isolation_probe \
-              $(B)/tests/libfaultinject.so
+              $(B)/tests/libfaultinject.so \
+              $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
 
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all
@@ -129,6 +130,18 @@ $(GRANARYCTL): $(call obj,$(CTL_SRC)) $(LIBA)
 $(B)/tests/%: $(call obj,tests/%.c) $(call obj,tests/testutil.c) $(LIBD) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ $(CHECKLIBS) $(PKGLIBS) -lm
+
+# The GPU path's tests: a stand-in CUDA driver (tests/cuda_standin.c, on
+# host memory) that libgranary loads through $$GRANARY_LIBCUDA, and the
+# device check's program (tests/gpu/gpu_check.c: correctness and throughput
+# against the real driver in tests/gpu/run.sh, or against the stand-in).
+$(B)/tests/cuda/libcuda.so.1: $(call obj,tests/cuda_standin.c)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread $(LDSAN) -Wl,-soname,libcuda.so.1 -o $@ $^
+
+$(B)/tests/gpu_check: $(call obj,tests/gpu/gpu_check.c) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -pthread $(LDSAN) -o $@ $^ -lm
 
 # The fault-injecting LD_PRELOAD library the fault tests load into granaryd.
 $(B)/tests/libfaultinject.so: $(call obj,tests/faultinject.c)
