@@ -12,8 +12,9 @@
  * record, host functions run on the stream's thread, a context must be
  * current for calls that need one, registration of a read-only mapping
  * needs CU_MEMHOSTREGISTER_READ_ONLY (checked against /proc/self/maps),
- * and an asynchronous fault is sticky: every later call fails, like a real
- * context after an illegal address.  "Device memory" is host memory it
+ * an asynchronous fault is sticky: every later call fails, like a real
+ * context after an illegal address, and cuMemFree / cuMemFreeHost wait
+ * for every queued copy first, as the real driver synchronises there.  "Device memory" is host memory it
  * allocates and tracks, so copies are checked against allocations.
  *
  * Knobs, read at each call (a test may change them between steps):
@@ -64,6 +65,7 @@ static struct {
 #undef SA_FIELD
 } cnt;
 static uint64_t htod_seq;               /* cuMemcpyHtoDAsync calls, for FAIL_COPY/FAIL_ASYNC */
+static uint64_t copies_queued;          /* copies enqueued on any stream and not yet run (g_mu) */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -294,6 +296,8 @@ static void *stream_main(void *arg)
         if (!s->head)
             s->tail = NULL;
         s->done++;
+        if (o->kind == OP_HTOD || o->kind == OP_DTOD || o->kind == OP_DTOH)
+            copies_queued--;
         stop = o->kind == OP_STOP;
         pthread_cond_broadcast(&g_cv);
         pthread_mutex_unlock(&g_mu);
@@ -346,6 +350,8 @@ static CUresult enqueue(CUstream h, op *o)
         s->head = o;
     s->tail = o;
     s->enq++;
+    if (o->kind == OP_HTOD || o->kind == OP_DTOD || o->kind == OP_DTOH)
+        copies_queued++;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
@@ -791,11 +797,22 @@ static CUresult sa_cuMemHostAlloc(void **pp, size_t len, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+/* Wait until no copy queued on any stream is left to run (g_mu held): the
+ * real cuMemFree and cuMemFreeHost synchronise with the device before
+ * memory goes, so a copy queued into a buffer that is then freed completes
+ * first instead of writing into freed memory. */
+static void copies_drain_locked(void)
+{
+    while (copies_queued)
+        pthread_cond_wait(&g_cv, &g_mu);
+}
+
 static CUresult sa_cuMemFreeHost(void *p)
 {
     int ok;
 
     pthread_mutex_lock(&g_mu);
+    copies_drain_locked();
     ok = mem_del_locked((uintptr_t)p, M_PINNED);
     if (ok)
         cnt.host_allocs--;
@@ -831,6 +848,7 @@ static CUresult sa_cuMemFree(CUdeviceptr dp)
     int ok;
 
     pthread_mutex_lock(&g_mu);
+    copies_drain_locked();
     ok = mem_del_locked((uintptr_t)dp, M_DEV);
     if (ok)
         cnt.device_allocs--;
