@@ -911,10 +911,10 @@ START_TEST(test_body_len_over_max)
     ck_assert_int_eq(dec(b, sizeof(b), &m, &used), PROTO_NEED_MORE);
     {
         /* One text record that fills the body exactly: 1 + 1 + 1 + 4 + len. */
-        static uint8_t body[PROTO_MAX_BODY];
+        static uint8_t body[PROTO_MAX_BODY], text[PROTO_MAX_BODY];
         size_t off = 0;
         uint8_t *big;
-        ck_assert_int_eq(proto_rec_str(body, sizeof(body), &off, "x", body, PROTO_MAX_BODY - 7), 0);
+        ck_assert_int_eq(proto_rec_str(body, sizeof(body), &off, "x", text, PROTO_MAX_BODY - 7), 0);
         ck_assert_uint_eq(off, PROTO_MAX_BODY);
         big = build(PROTO_OP_STATS, PROTO_F_REPLY, 1, 0, PROTO_MAX_BODY, body);
         ck_assert_int_eq(dec(big, PROTO_HDR_LEN + PROTO_MAX_BODY, &m, &used), 0);
@@ -1025,8 +1025,8 @@ START_TEST(test_admin_warmup_arg)
     /* A body one past the limit. */
     {
         size_t o2 = 0;
-        static uint8_t big[PROTO_MAX_BODY];
-        ck_assert_int_eq(proto_rec_str(big, sizeof(big), &o2, "path", big, PROTO_MAX_BODY - 10), 0);
+        static uint8_t big[PROTO_MAX_BODY], text[PROTO_MAX_BODY];
+        ck_assert_int_eq(proto_rec_str(big, sizeof(big), &o2, "path", text, PROTO_MAX_BODY - 10), 0);
         ck_assert_uint_eq(o2, PROTO_MAX_BODY - 10 + 10);
         ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, big, o2), -EMSGSIZE);
     }
