@@ -38,6 +38,13 @@ CFLAGS  ?=
 DAEMON_DIRS := $(sort $(dir $(wildcard daemon/*/*.c daemon/*/*.h)))
 INCDIRS  := common proto $(DAEMON_DIRS) client
 CPPFLAGS += -D_GNU_SOURCE $(addprefix -iquote ,$(INCDIRS))
+# The GPU path (client/gpu*.c) builds against the CUDA toolkit's cuda.h
+# where it exists (its prototypes then check ours), else against the
+# declarations in client/gpu_cuda.h; it never links CUDA (dlopen at run time).
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+CPPFLAGS += -isystem $(CUDA_HOME)/include
+endif
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
 PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
@@ -46,7 +53,7 @@ PROTO_SRC  := proto/proto.c
 # common/: the helpers daemon, client and tools share (one copy each).
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*/*.c)
-CLIENT_SRC := client/granary.c
+CLIENT_SRC := client/granary.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
 # bench/kv.c (memcached and Redis clients) and bench/util.c (clock, random,
@@ -66,7 +73,8 @@ BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
               $(B)/tests/isolation_probe \
-              $(B)/tests/libfaultinject.so
+              $(B)/tests/libfaultinject.so \
+              $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
 
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all
@@ -122,6 +130,18 @@ $(GRANARYCTL): $(call obj,$(CTL_SRC)) $(LIBA)
 $(B)/tests/%: $(call obj,tests/%.c) $(call obj,tests/testutil.c) $(LIBD) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ $(CHECKLIBS) $(PKGLIBS) -lm
+
+# The GPU path's tests: a stand-in CUDA driver (tests/cuda_standin.c, on
+# host memory) that libgranary loads through $$GRANARY_LIBCUDA, and the
+# device check's program (tests/gpu/gpu_check.c: correctness and throughput
+# against the real driver in tests/gpu/run.sh, or against the stand-in).
+$(B)/tests/cuda/libcuda.so.1: $(call obj,tests/cuda_standin.c)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread $(LDSAN) -Wl,-soname,libcuda.so.1 -o $@ $^
+
+$(B)/tests/gpu_check: $(call obj,tests/gpu/gpu_check.c) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -pthread $(LDSAN) -o $@ $^ -lm
 
 # The fault-injecting LD_PRELOAD library the fault tests load into granaryd.
 $(B)/tests/libfaultinject.so: $(call obj,tests/faultinject.c)

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "granary_int.h"
 #include "clock.h"
 #include "fdpass.h"
 #include "ini.h"
@@ -99,6 +101,8 @@ struct gr_client {
     uint32_t rel[PROTO_MAX_RELEASE];    /* leases to give back */
     uint32_t nrel;
     char errtext[PROTO_MAX_ERRMSG + 1];
+    const gr__gpu_hooks *gpu_hooks;     /* the GPU layer (client/gpu.c), or NULL */
+    void *gpu_arg;
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
 
@@ -404,11 +408,20 @@ fail:
     return rc;
 }
 
-static void unmap_segs(gr_seg *segs, uint32_t nsegs)
+/* munmap one segment mapping, telling the GPU layer first (it may have
+ * registered the mapping with the CUDA driver). */
+static void unmap_one(gr_client *c, const gr_seg *seg)
+{
+    if (c->gpu_hooks)
+        c->gpu_hooks->unmap(c->gpu_arg, seg->p, seg->len);
+    munmap((void *)seg->p, seg->len);
+}
+
+static void unmap_segs(gr_client *c, gr_seg *segs, uint32_t nsegs)
 {
     for (uint32_t i = 0; i < nsegs; i++)
         if (segs[i].p)
-            munmap((void *)segs[i].p, segs[i].len);
+            unmap_one(c, &segs[i]);
     free(segs);
 }
 
@@ -434,7 +447,7 @@ static void drop_conn(gr_client *c)
         /* Out of memory with refs out: leak the mappings rather than
          * pull them from under a gr_ref. */
         if (!c->nrefs)
-            unmap_segs(c->segs, c->nsegs);
+            unmap_segs(c, c->segs, c->nsegs);
     }
     c->segs = NULL;
     c->nsegs = 0;
@@ -572,17 +585,20 @@ void gr_disconnect(gr_client *c)
 {
     if (!c)
         return;
-    unmap_segs(c->segs, c->nsegs);
+    if (c->gpu_hooks)
+        c->gpu_hooks->fini(c->gpu_arg);     /* waits for its copies, releases its refs */
+    c->gpu_hooks = NULL;
+    unmap_segs(c, c->segs, c->nsegs);
     while (c->stale) {
         gr_stale *o = c->stale;
         c->stale = o->next;
-        munmap((void *)o->seg.p, o->seg.len);
+        unmap_one(c, &o->seg);
         free(o);
     }
     while (c->retired) {
         gr_retired *r = c->retired;
         c->retired = r->next;
-        unmap_segs(r->segs, r->nsegs);
+        unmap_segs(c, r->segs, r->nsegs);
         free(r);
     }
     if (c->fd >= 0)
@@ -1061,18 +1077,14 @@ fail:
     return -1;
 }
 
-void gr_ref_release(gr_ref *r)
+/* Give r's lease back (queued, not flushed) or, for a lease of an older
+ * connection, drop its hold on that connection's mappings; then free r.
+ * Lock held (or r holds no lease). */
+static void ref_release_locked(gr_client *c, gr_ref *r)
 {
-    gr_client *c;
-
-    if (!r)
-        return;
-    c = r->c;
     if (r->lease) {
-        pthread_mutex_lock(&c->lock);
         if (r->gen == c->gen) {
             queue_release(c, r->lease);
-            flush_releases(c);
             c->nrefs--;
         } else {
             /* The lease died with its connection; unmap that connection's
@@ -1083,16 +1095,32 @@ void gr_ref_release(gr_ref *r)
                     continue;
                 if (--old->nrefs == 0) {
                     *pp = old->next;
-                    unmap_segs(old->segs, old->nsegs);
+                    unmap_segs(c, old->segs, old->nsegs);
                     free(old);
                 }
                 break;
             }
         }
-        pthread_mutex_unlock(&c->lock);
     }
     free(r->heap);
     free(r);
+}
+
+void gr_ref_release(gr_ref *r)
+{
+    gr_client *c;
+
+    if (!r)
+        return;
+    c = r->c;
+    if (!r->lease) {
+        ref_release_locked(c, r);       /* a private copy: no lock needed */
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    ref_release_locked(c, r);
+    flush_releases(c);
+    pthread_mutex_unlock(&c->lock);
 }
 
 int gr_admin(gr_client *c, int cmd, const gr_field *args, size_t nargs, gr_field **out,
@@ -1320,4 +1348,310 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 out:
     pthread_mutex_unlock(&c->lock);
     return ret;
+}
+
+/* ---- for the GPU path (client/gpu.c): see granary_int.h ----
+ *
+ * gr__read_extents is gr_pread's pipeline without the copy: each extent is
+ * handed to a callback together with its lease, which the GPU layer keeps
+ * until the device has copied the bytes.  Pieces are tracked one by one, so
+ * after a reconnect only the pieces whose replies were lost are asked for
+ * again and no byte is delivered twice.
+ */
+
+typedef struct xpiece {
+    uint32_t id;                        /* request id; 0: not (or no longer) sent */
+    size_t span;
+    uint64_t off;
+    uint64_t len;
+} xpiece;
+
+/* Hand the extents and inline bytes of READX reply m for piece p to cb.
+ * *got: the bytes covered.  Returns 0, or -errno with *cb_err set when the
+ * error is cb's (the leases of extents not handed over are queued for
+ * release either way). */
+static int deliver_readx(gr_client *c, const proto_msg *m, const xpiece *p, gr__ext_cb cb,
+                         void *arg, uint64_t *got, int *cb_err)
+{
+    proto_extent e;
+    uint32_t i = 0;
+    int rc = 0;
+
+    *got = 0;
+    *cb_err = 0;
+    for (; i < m->u.readx.nextents; i++) {
+        gr__ext x;
+        gr_ref *r;
+        proto_extent_at(m, i, &e);
+        if (e.len > p->len - *got) {
+            rc = -EPROTO;
+            goto drop;
+        }
+        r = calloc(1, sizeof(*r));
+        if (!r) {
+            rc = -ENOMEM;
+            goto drop;
+        }
+        r->c = c;
+        r->lease = e.lease;
+        r->gen = c->gen;
+        c->nrefs++;
+        x = (gr__ext){ p->span, p->off + *got, c->segs[e.seg].p + e.off, e.len,
+                       c->segs[e.seg].p, c->segs[e.seg].len, r };
+        *got += e.len;
+        rc = cb(arg, &x);
+        if (rc < 0) {
+            *cb_err = 1;
+            i++;
+            goto drop;
+        }
+    }
+    if (m->u.readx.inline_len > p->len - *got)
+        return -EPROTO;
+    if (m->u.readx.inline_len) {
+        gr__ext x = { p->span, p->off + *got, m->u.readx.inline_data, m->u.readx.inline_len,
+                      NULL, 0, NULL };
+        *got += m->u.readx.inline_len;
+        rc = cb(arg, &x);
+        *cb_err = rc < 0;
+    }
+    return rc;
+drop:
+    for (; i < m->u.readx.nextents; i++) {
+        proto_extent_at(m, i, &e);
+        queue_release(c, e.lease);
+    }
+    return rc;
+}
+
+/* Send piece p: its file made ready on this connection first.  0, or
+ * -errno (the file's error, or the connection's). */
+static int send_xpiece(gr_client *c, const gr__span *sp, xpiece *p, uint64_t *deadline)
+{
+    int rc = file_ready(sp[p->span].f, deadline);
+
+    if (rc < 0)
+        return rc;
+    p->id = take_id(c);
+    return send_readx(c, sp[p->span].f, p->id, p->off, (uint32_t)p->len);
+}
+
+int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, void *arg)
+{
+    xpiece pend[GR_WINDOW];
+    size_t si = 0;                      /* the next bytes never asked for: span si ... */
+    uint64_t soff = n ? sp[0].off : 0;  /* ... at offset soff */
+    uint64_t deadline = 0;
+    int npend = 0, err = 0, rc = 0;
+    proto_msg m;
+
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        int i;
+        /* Pieces whose connection was lost go out again first. */
+        for (i = 0; i < npend && !err; i++) {
+            if (pend[i].id)
+                continue;
+            rc = send_xpiece(c, sp, &pend[i], &deadline);
+            if (rc < 0 && conn_lost(rc))
+                goto lost;
+            if (rc < 0) {
+                err = -rc;
+                if (rc == -ESTALE)
+                    set_err(c, ESTALE, NULL, 0);
+                pend[i--] = pend[--npend];
+            }
+        }
+        while (npend < GR_WINDOW && !err && si < n) {
+            uint64_t end = sp[si].off + sp[si].len, unit, plen;
+            if (soff >= end) {
+                if (++si < n)
+                    soff = sp[si].off;
+                continue;
+            }
+            unit = gr__file_chunk_size(sp[si].f);
+            unit = unit ? unit : GR_PIECE_MIN;
+            unit *= (GR_PIECE_MIN + unit - 1) / unit;   /* whole chunks, >= 1 MiB */
+            plen = (soff / unit + 1) * unit - soff;
+            if (plen > end - soff)
+                plen = end - soff;
+            pend[npend++] = (xpiece){ 0, si, soff, plen };
+            soff += plen;
+            rc = send_xpiece(c, sp, &pend[npend - 1], &deadline);
+            if (rc < 0 && conn_lost(rc))
+                goto lost;
+            if (rc < 0) {
+                err = -rc;
+                if (rc == -ESTALE)
+                    set_err(c, ESTALE, NULL, 0);
+                npend--;
+            }
+        }
+        if (npend == 0)
+            break;
+        rc = recv_msg(c, &m);
+        if (rc < 0)
+            goto lost;
+        for (i = 0; i < npend && (pend[i].id == 0 || pend[i].id != m.h.req_id); i++)
+            ;
+        if (i == npend) {
+            if (m.h.req_id == 0 && m.h.status < 0) {
+                rc = m.h.status;        /* a request of ours was unreadable */
+                goto out;
+            }
+            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+                drop_readx(c, &m);      /* stale */
+            continue;
+        }
+        {
+            xpiece p = pend[i];
+            uint64_t got;
+            int cb_err;
+            pend[i] = pend[--npend];
+            if (m.h.status < 0) {
+                if (!err) {
+                    err = -m.h.status;
+                    set_err(c, err, m.u.error.len ? m.u.error.text : NULL, m.u.error.len);
+                }
+                continue;
+            }
+            if (m.h.op != PROTO_OP_READX) {
+                rc = -EPROTO;
+                goto out;
+            }
+            if (err) {
+                drop_readx(c, &m);      /* draining after an error */
+                continue;
+            }
+            rc = deliver_readx(c, &m, &p, cb, arg, &got, &cb_err);
+            if (rc < 0 && !cb_err)
+                goto out;
+            if (rc < 0) {
+                err = -rc;
+                continue;
+            }
+            if (got == 0 && p.len > 0) {
+                rc = -EPROTO;           /* no progress would loop forever */
+                goto out;
+            }
+            if (got < p.len)            /* the daemon covered a prefix: ask for the rest */
+                pend[npend++] = (xpiece){ 0, p.span, p.off + got, p.len - got };
+        }
+        if (c->nrel >= GR_RELEASE_BATCH)
+            flush_releases(c);
+        continue;
+lost:
+        if (!reconnect(c, rc, &deadline))
+            goto out;
+        for (i = 0; i < npend; i++)
+            pend[i].id = 0;             /* their replies died with the connection */
+    }
+    flush_releases(c);
+    if (!err)
+        c->errtext[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    return -err;
+out:
+    flush_releases(c);
+    if (conn_lost(rc))
+        rc = -ECONNRESET;
+    set_err(c, -rc, NULL, 0);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void gr__ref_release_n(gr_ref **refs, size_t n)
+{
+    gr_client *c = NULL;
+    size_t i;
+
+    for (i = 0; i < n && !c; i++)
+        if (refs[i])
+            c = refs[i]->c;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (i = 0; i < n; i++)
+        if (refs[i])
+            ref_release_locked(c, refs[i]);
+    flush_releases(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void gr__ref_release_held(gr_ref *ref)
+{
+    if (ref)
+        ref_release_locked(ref->c, ref);
+}
+
+gr_client *gr__file_client(const gr_file *f)
+{
+    return f->c;
+}
+
+uint64_t gr__file_chunk_size(const gr_file *f)
+{
+    return f->a.chunk_size;
+}
+
+void gr__gpu_set(gr_client *c, const gr__gpu_hooks *hooks, void *arg)
+{
+    pthread_mutex_lock(&c->lock);
+    c->gpu_hooks = hooks;
+    c->gpu_arg = arg;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void *gr__gpu_get(gr_client *c)
+{
+    void *arg;
+
+    pthread_mutex_lock(&c->lock);
+    arg = c->gpu_hooks ? c->gpu_arg : NULL;
+    pthread_mutex_unlock(&c->lock);
+    return arg;
+}
+
+int gr__fail(gr_client *c, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&c->lock);
+    va_start(ap, fmt);
+    vsnprintf(c->errtext, sizeof(c->errtext), fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&c->lock);
+    errno = err;
+    return -1;
+}
+
+int gr__report(gr_client *c, const char *const *names, const uint64_t *values, size_t n)
+{
+    /* Header and at most PROTO_MAX_REPORT records of the longest name. */
+    uint8_t req[PROTO_HDR_LEN + PROTO_MAX_REPORT * (2 + 255 + 8)];
+    size_t off = 0;
+    proto_msg m;
+    uint32_t id;
+    ssize_t len = 0;
+    int rc = 0;
+
+    if (n > PROTO_MAX_REPORT)
+        return -EMSGSIZE;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = proto_rec_u64(req + PROTO_HDR_LEN, sizeof(req) - PROTO_HDR_LEN, &off, names[i],
+                           values[i]);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&c->lock);
+    id = take_id(c);
+    len = proto_enc_report(req, sizeof(req), id, req + PROTO_HDR_LEN, off);
+    /* No reconnecting for a report: it is advice, and gr_disconnect sends
+     * the last one. */
+    rc = len < 0 ? (int)len : c->fd < 0 ? -ENOTCONN : call(c, req, (size_t)len, id, &m);
+    if (rc == 0 && m.h.status < 0)
+        rc = m.h.status;
+    else if (rc == 0 && m.h.op != PROTO_OP_REPORT)
+        rc = -EPROTO;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }

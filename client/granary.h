@@ -210,6 +210,148 @@ int gr_admin(gr_client *c, int cmd, const gr_field *args, size_t nargs, gr_field
  * from, or the daemon's refusal), until its next gr_connect. */
 const char *gr_strerror_last(gr_client *c);
 
+/* ---- GPU: cached bytes straight into device memory ----
+ *
+ * gr_read_to_device copies a range of a file into CUDA device memory on the
+ * caller's stream and returns once the copies are queued.  A DRAM-tier hit
+ * is copied by the GPU's DMA engine straight out of the daemon's shared
+ * memory: libgranary registers each arena segment it maps with the driver
+ * once (cuMemHostRegister, read-only) and keeps the chunks' leases until
+ * the copy has completed on the device (then gives them back at once, from
+ * a helper thread woken by the driver).  Where the driver refuses the
+ * registration, and for bytes the daemon sends inline, the bytes go through
+ * a pinned staging ring (one CPU copy, pipelined over two streams).  A
+ * miss is fetched by the daemon as for gr_pread; the pieces of a call are
+ * pipelined, so fetching the later ones overlaps copying the first, and the
+ * next call overlaps the copies of this one.
+ *
+ * CUDA is loaded when first needed (dlopen of libcuda.so.1, or
+ * $GRANARY_LIBCUDA; libgranary has no link-time dependency on CUDA), in
+ * the CUDA context of the first stream passed (or the thread's current
+ * context, or device $GRANARY_GPU_DEVICE's primary context, default 0); a
+ * gr_client serves one context.  `stream` is a CUstream / cudaStream_t
+ * (NULL: the legacy default stream); `dst` a device address of that
+ * context (cudaMalloc, cuMemAlloc, torch.Tensor.data_ptr()).
+ *
+ * Errors (-1 and errno; gr_strerror_last says which driver call and why):
+ *   ENODEV   no CUDA driver, no GPU, or cuInit failed (CUDA error 100, 35,
+ *            34 ...); ENOSYS: the driver lacks an entry point
+ *   EFAULT   dst .. dst+len is not device memory of one allocation
+ *   EXDEV    the stream belongs to another context than this client's
+ *   EIO      a driver call or an earlier queued copy failed; the client's GPU
+ *            path is then unusable (connect again)
+ *   ENOMEM   host or device memory (staging ring, GPU tier) ran out
+ *   and the errors of gr_pread (ENOENT, ESTALE, ECONNRESET ...)
+ * On failure some copies may have been queued already: dst's contents are
+ * undefined, and leases of queued copies are still given back when those
+ * complete.
+ *
+ * Completion: copies are ordered on `stream` like any other work, so
+ * kernels queued there afterwards see the bytes without waiting on the
+ * host.  To wait on the host, ask for a batch handle (*batch non-NULL) and
+ * call gr_dev_wait (or poll with gr_dev_poll).  Passing batch NULL is fine:
+ * the leases are still given back when the copies complete.
+ *
+ * GPU tier (opt-in per client: gr_gpu_set(c, GR_GPU_TIER_BYTES, cap) or
+ * $GRANARY_GPU_TIER=SIZE): an LRU of whole chunks in device memory
+ * (cuMemAlloc, at most cap bytes) for data every step reads.  A miss
+ * fetches the whole chunk into the tier, then copies the wanted bytes
+ * device to device; a hit is a device-to-device copy only.  Entries belong
+ * to one file identity (dev, ino, size, mtime), so a changed file is never
+ * served old bytes.
+ *
+ * Counters: gr_gpu_get_stats for this client; libgranary also reports them to
+ * the daemon (about once a second and at disconnect), where `granaryctl
+ * stats` shows them summed over clients as gpu_*.
+ *
+ * GPUDirect Storage: where libcufile is present it is detected and named
+ * in gr_gpu_info and the daemon's log, but not used: chunks from the NVMe
+ * tier reach the GPU through the DRAM arena.
+ *
+ * Threads: GPU calls on one gr_client are serialised; gr_dev_wait and
+ * gr_dev_poll may be called from any thread.  Every batch must be waited
+ * for (or the client disconnected) before its memory is reused by the
+ * caller; gr_disconnect waits for every queued copy, gives back every
+ * lease, unregisters the segments, and frees batches not yet waited for
+ * (their handles are invalid afterwards).  The CUDA context must outlive
+ * the client's GPU use (gr_disconnect before cudaDeviceReset or exit of the
+ * CUDA runtime).
+ */
+typedef struct gr_dev_batch gr_dev_batch;
+
+/* One range of a batched copy. */
+typedef struct gr_dev_range {
+    gr_file *f;         /* a file of the gr_client the batch is for */
+    uint64_t off;       /* first byte in the file */
+    uint64_t len;       /* bytes wanted */
+    void *dst;          /* device address for byte off */
+    uint64_t done;      /* out: bytes queued, fewer than len only at the end of the file */
+} gr_dev_range;
+
+/*
+ * Copy up to len bytes at off of f into device memory at dst, on stream.
+ * Returns the bytes queued (fewer than len only at the end of the file, 0
+ * at or past it), or -1 with errno.  *batch (if batch is not NULL) gets a
+ * handle to wait on, which the caller frees with gr_dev_wait; it is NULL
+ * when nothing was queued or on failure.
+ */
+ssize_t gr_read_to_device(gr_file *f, void *dst, size_t len, off_t off, void *stream,
+                          gr_dev_batch **batch);
+
+/*
+ * Copy n ranges (of files of c, in any order, overlapping or not) into
+ * device memory on stream, with one pipeline for all of them.  Sets each
+ * r[i].done.  Returns 0 when everything is queued, or -1 with errno (then
+ * r[i].done is not meaningful).  *batch as for gr_read_to_device.
+ */
+int gr_read_to_device_batch(gr_client *c, gr_dev_range *r, size_t n, void *stream,
+                            gr_dev_batch **batch);
+
+/* Block until the batch's copies have completed on the device and its
+ * leases are back, then free b.  0, or -1 with errno EIO (a copy failed:
+ * the reason in gr_strerror_last of the client).  NULL-safe (returns 0). */
+int gr_dev_wait(gr_dev_batch *b);
+
+/* 1 when the batch's copies have completed and its leases are back, 0
+ * when not yet, -1 with errno EIO when a copy failed.  Does not free b. */
+int gr_dev_poll(gr_dev_batch *b);
+
+/* Options of c's GPU path (loads CUDA if needed; -1 with errno as above,
+ * or EINVAL for an unknown opt, EBUSY for a ring size once the ring is
+ * allocated).  Defaults from the environment in parentheses. */
+#define GR_GPU_TIER_BYTES  1    /* GPU tier cap in bytes, 0 off ($GRANARY_GPU_TIER, default 0) */
+#define GR_GPU_REGISTER    2    /* 1 register arena segments; 0 staging ring only
+                                 * ($GRANARY_GPU_REGISTER, default 1) */
+#define GR_GPU_RING_BYTES  3    /* staging ring size ($GRANARY_GPU_RING, default 32M) */
+#define GR_GPU_MAX_LEASED  4    /* arena bytes held for queued copies before a call waits for
+                                 * the oldest ($GRANARY_GPU_MAX_LEASED, default 128M) */
+int gr_gpu_set(gr_client *c, int opt, uint64_t value);
+
+/* This client's GPU counters since it connected. */
+typedef struct gr_gpu_stats {
+    uint64_t copies;                /* ranges queued */
+    uint64_t bytes;                 /* bytes queued for device memory */
+    uint64_t direct_bytes;          /* of which straight from registered arena memory (no CPU copy) */
+    uint64_t staged_bytes;          /* of which through the staging ring (one CPU copy) */
+    uint64_t tier_hits;             /* chunk lookups the GPU tier served */
+    uint64_t tier_hit_bytes;        /* bytes it served (device to device) */
+    uint64_t tier_misses;           /* chunk lookups it did not hold */
+    uint64_t tier_evictions;
+    uint64_t tier_used_bytes;
+    uint64_t tier_cap_bytes;        /* 0: the tier is off */
+    uint64_t registered_segments;   /* arena mappings registered with the driver now */
+    uint64_t registration_failures; /* mappings the driver refused (served through the ring) */
+    uint64_t leased_bytes;          /* arena bytes leased for copies not yet complete */
+    uint64_t batches_inflight;      /* batches whose leases are not all back */
+    int gds_available;              /* libcufile found (detected only, see above) */
+} gr_gpu_stats;
+int gr_gpu_get_stats(gr_client *c, gr_gpu_stats *st);
+
+/* One line about c's GPU path into buf (len bytes): the device, the
+ * driver, registration, the ring, the tier, GPUDirect Storage.  0, or -1
+ * with errno (ENODEV ...) and the reason in buf. */
+int gr_gpu_info(gr_client *c, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_RELEASE] = "release",
     [PROTO_OP_ADMIN] = "admin",
     [PROTO_OP_HINT] = "hint",
+    [PROTO_OP_REPORT] = "report",
 };
 
 const char *proto_op_name(unsigned op)
@@ -167,6 +168,24 @@ static int check_records(const uint8_t *b, size_t n)
     return rc;
 }
 
+/* A REPORT body: 0, -EPROTO (a malformed record or one that is not a
+ * number), -EMSGSIZE (more than PROTO_MAX_REPORT records). */
+static int check_report(const uint8_t *b, size_t n)
+{
+    size_t off = 0;
+    uint32_t k = 0;
+    proto_rec r;
+    int rc;
+
+    while ((rc = proto_rec_next(b, n, &off, &r)) == 1) {
+        if (r.kind != PROTO_REC_U64)
+            return -EPROTO;
+        if (++k > PROTO_MAX_REPORT)
+            return -EMSGSIZE;
+    }
+    return rc;
+}
+
 /* Check and decode a request body for its opcode. */
 static int dec_request(proto_msg *m, const uint8_t *b)
 {
@@ -208,6 +227,14 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         return 0;
     case PROTO_OP_HINT:
         return dec_hint(m, b);
+    case PROTO_OP_REPORT: {
+        int rc = check_report(b, n);
+        if (rc < 0)
+            return rc;
+        m->u.recs.p = b;
+        m->u.recs.len = n;
+        return 0;
+    }
     case PROTO_OP_RELEASE:
         if (n == 0 || n % 4)
             return -EPROTO;
@@ -249,6 +276,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     case PROTO_OP_STATS:
     case PROTO_OP_ADMIN:
     case PROTO_OP_HINT:
+    case PROTO_OP_REPORT:
         if (check_records(b, n) < 0)
             return -EPROTO;
         m->u.recs.p = b;
@@ -578,12 +606,27 @@ ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, con
     return (ssize_t)(PROTO_HDR_LEN + 1 + len);
 }
 
+ssize_t proto_enc_report(void *buf, size_t cap, uint32_t req_id, const void *recs, size_t len)
+{
+    uint8_t *b;
+
+    if (len > PROTO_MAX_BODY || (len && check_report(recs, len) < 0))
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_REPORT, 0, req_id, 0, len);
+    if (!b)
+        return -EMSGSIZE;
+    if (len && b != recs)
+        memmove(b, recs, len);
+    return (ssize_t)(PROTO_HDR_LEN + len);
+}
+
 ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
                           size_t len)
 {
     uint8_t *b;
 
-    if ((op != PROTO_OP_STATS && op != PROTO_OP_ADMIN && op != PROTO_OP_HINT) ||
+    if ((op != PROTO_OP_STATS && op != PROTO_OP_ADMIN && op != PROTO_OP_HINT &&
+         op != PROTO_OP_REPORT) ||
         (len && check_records(recs, len) < 0))
         return -EMSGSIZE;
     b = enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, 0, len);

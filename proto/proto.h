@@ -29,6 +29,7 @@
 #define PROTO_MAX_BODY  (PROTO_MAX_DATA + 1024)
 
 #define PROTO_MAX_HINTS 4096            /* ranges in one HINT message */
+#define PROTO_MAX_REPORT 64             /* counters (records) in one REPORT request */
 #define PROTO_HINT_PREFIX 8             /* u32 flags, u32 count */
 #define PROTO_HINT_ENT_FIXED 20         /* u64 off, u64 len, u32 path_len; then the path */
 #define PROTO_HINT_CLEAR 0x1u           /* HINT flag: drop the list first */
@@ -66,6 +67,7 @@ typedef enum proto_op {
     PROTO_OP_RELEASE = 7, /* give leases back; the one request without a reply */
     PROTO_OP_ADMIN = 8,   /* operator commands: evict, invalidate, pin, unpin, health, config, warmup */
     PROTO_OP_HINT  = 9,   /* append ranges to the connection's hint list (or clear it) */
+    PROTO_OP_REPORT = 10, /* client-side counters (libgranary's GPU path), added to the daemon's */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -158,7 +160,8 @@ typedef struct proto_msg {
         struct {
             const uint8_t *p;              /* records, checked: see proto_rec_next */
             uint32_t len;
-        } recs;                            /* STATS, ADMIN and HINT replies */
+        } recs;                            /* STATS, ADMIN, HINT and REPORT replies;
+                                            * REPORT request (all PROTO_REC_U64) */
         struct {
             uint32_t flags;                /* PROTO_HINT_* */
             uint32_t count;
@@ -225,8 +228,12 @@ ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const prot
  * proto_rec_u64/proto_rec_str (checked). */
 ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, const void *recs,
                         size_t len);
-/* A reply of op (STATS, ADMIN, HINT) whose body is len bytes of records
- * (checked), status 0. */
+/* REPORT request: len bytes of records built with proto_rec_u64, each a
+ * counter's growth since the sender's previous REPORT (checked: every
+ * record PROTO_REC_U64, at most PROTO_MAX_REPORT of them). */
+ssize_t proto_enc_report(void *buf, size_t cap, uint32_t req_id, const void *recs, size_t len);
+/* A reply of op (STATS, ADMIN, HINT, REPORT) whose body is len bytes of
+ * records (checked), status 0. */
 ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
                           size_t len);
 /* RELEASE request of n lease ids (1..PROTO_MAX_RELEASE). */
@@ -250,7 +257,7 @@ ssize_t proto_enc_hint(void *buf, size_t cap, uint32_t req_id, uint32_t flags,
  * 1 when one was read, 0 at the end.  The decoder has checked them all. */
 int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out);
 
-/* A bodiless success reply (CLOSE, HINT). */
+/* A bodiless success reply (CLOSE, HINT, REPORT). */
 ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);
 /* An error reply: status is -errno (-4095..-1, else -EINVAL); text (may be
  * NULL) is cut to PROTO_MAX_ERRMSG bytes, before any UTF-8 sequence that
@@ -259,7 +266,7 @@ ssize_t proto_enc_error(void *buf, size_t cap, uint8_t op, uint32_t req_id,
                         int32_t status, const char *text);
 
 /*
- * Records: the typed fields of STATS, ADMIN and HINT messages, back to back
+ * Records: the typed fields of STATS, ADMIN, HINT and REPORT messages, back to back
  * until the body ends: {u8 name_len (1..255), name, u8 kind, value}; kind
  * PROTO_REC_U64: a u64; kind PROTO_REC_STR: u32 len, then len bytes (UTF-8
  * text, no NUL).  proto_rec_u64 and proto_rec_str append one at *off of a

@@ -911,10 +911,10 @@ START_TEST(test_body_len_over_max)
     ck_assert_int_eq(dec(b, sizeof(b), &m, &used), PROTO_NEED_MORE);
     {
         /* One text record that fills the body exactly: 1 + 1 + 1 + 4 + len. */
-        static uint8_t body[PROTO_MAX_BODY];
+        static uint8_t body[PROTO_MAX_BODY], text[PROTO_MAX_BODY];
         size_t off = 0;
         uint8_t *big;
-        ck_assert_int_eq(proto_rec_str(body, sizeof(body), &off, "x", body, PROTO_MAX_BODY - 7), 0);
+        ck_assert_int_eq(proto_rec_str(body, sizeof(body), &off, "x", text, PROTO_MAX_BODY - 7), 0);
         ck_assert_uint_eq(off, PROTO_MAX_BODY);
         big = build(PROTO_OP_STATS, PROTO_F_REPLY, 1, 0, PROTO_MAX_BODY, body);
         ck_assert_int_eq(dec(big, PROTO_HDR_LEN + PROTO_MAX_BODY, &m, &used), 0);
@@ -1025,8 +1025,8 @@ START_TEST(test_admin_warmup_arg)
     /* A body one past the limit. */
     {
         size_t o2 = 0;
-        static uint8_t big[PROTO_MAX_BODY];
-        ck_assert_int_eq(proto_rec_str(big, sizeof(big), &o2, "path", big, PROTO_MAX_BODY - 10), 0);
+        static uint8_t big[PROTO_MAX_BODY], text[PROTO_MAX_BODY];
+        ck_assert_int_eq(proto_rec_str(big, sizeof(big), &o2, "path", text, PROTO_MAX_BODY - 10), 0);
         ck_assert_uint_eq(o2, PROTO_MAX_BODY - 10 + 10);
         ck_assert_int_eq(proto_enc_admin(buf, sizeof(buf), 1, PROTO_ADMIN_WARMUP, big, o2), -EMSGSIZE);
     }
@@ -1040,7 +1040,7 @@ END_TEST
 
 START_TEST(test_bad_opcode)
 {
-    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 10, 200, 255 };
+    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 11, 200, 255 };
     uint8_t b[PROTO_HDR_LEN];
     proto_msg m;
     size_t used;
@@ -1515,6 +1515,90 @@ START_TEST(test_admin)
 }
 END_TEST
 
+/* REPORT (client counters): a round trip of number records, every prefix
+ * "need more", the PROTO_MAX_REPORT limit both ways, text records and
+ * malformed ones refused; the reply is an empty records body. */
+START_TEST(test_report)
+{
+    static uint8_t b[PROTO_HDR_LEN + PROTO_MAX_BODY], recs[4096];
+    proto_msg m;
+    proto_rec r;
+    size_t used, off = 0, ro = 0;
+    ssize_t n;
+
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_tier_hits", 7), 0);
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_bytes", UINT64_MAX), 0);
+    n = proto_enc_report(b, sizeof(b), 42, recs, off);
+    ck_assert_int_eq(n, PROTO_HDR_LEN + (2 + 13 + 8) + (2 + 9 + 8));
+    check_prefixes(b, (size_t)n);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.op, PROTO_OP_REPORT);
+    ck_assert_uint_eq(m.h.flags, 0);
+    ck_assert_uint_eq(m.h.req_id, 42);
+    ck_assert_uint_eq(m.u.recs.len, off);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 1);
+    ck_assert(proto_rec_is(&r, "gpu_tier_hits"));
+    ck_assert_uint_eq(r.kind, PROTO_REC_U64);
+    ck_assert_uint_eq(r.u64, 7);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 1);
+    ck_assert(proto_rec_is(&r, "gpu_bytes"));
+    ck_assert_uint_eq(r.u64, UINT64_MAX);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 0);
+    ck_assert_str_eq(proto_op_name(PROTO_OP_REPORT), "report");
+
+    /* No records is a valid (empty) report. */
+    n = proto_enc_report(b, sizeof(b), 1, NULL, 0);
+    ck_assert_int_eq(n, PROTO_HDR_LEN);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.recs.len, 0);
+
+    /* At most PROTO_MAX_REPORT records, both ways. */
+    off = 0;
+    for (int i = 0; i < PROTO_MAX_REPORT; i++)
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "c", (uint64_t)i), 0);
+    n = proto_enc_report(b, sizeof(b), 1, recs, off);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "c", 1), 0);
+    ck_assert_int_eq(proto_enc_report(b, sizeof(b), 1, recs, off), -EMSGSIZE);
+    proto_encode_hdr(b, PROTO_OP_REPORT, 0, 1, 0, (uint32_t)off);
+    memcpy(b + PROTO_HDR_LEN, recs, off);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + off, &m, &used), -EMSGSIZE);
+
+    /* A text record is not a counter: refused by encoder and decoder. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_copies", 1), 0);
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "name", "x", 1), 0);
+    ck_assert_int_eq(proto_enc_report(b, sizeof(b), 1, recs, off), -EMSGSIZE);
+    proto_encode_hdr(b, PROTO_OP_REPORT, 0, 1, 0, (uint32_t)off);
+    memcpy(b + PROTO_HDR_LEN, recs, off);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + off, &m, &used), -EPROTO);
+
+    /* A record cut short, or with name_len 0, is malformed. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_copies", 1), 0);
+    proto_encode_hdr(b, PROTO_OP_REPORT, 0, 3, 0, (uint32_t)off - 1);
+    memcpy(b + PROTO_HDR_LEN, recs, off - 1);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + off - 1, &m, &used), -EPROTO);
+    proto_encode_hdr(b, PROTO_OP_REPORT, 0, 3, 0, (uint32_t)off);
+    memcpy(b + PROTO_HDR_LEN, recs, off);
+    b[PROTO_HDR_LEN] = 0;
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + off, &m, &used), -EPROTO);
+
+    /* The reply: an empty success (proto_enc_ok or an empty records body);
+     * what is not records is refused. */
+    n = proto_enc_ok(b, sizeof(b), PROTO_OP_REPORT, 9);
+    ck_assert_int_eq(n, PROTO_HDR_LEN);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.flags, PROTO_F_REPLY);
+    ck_assert_uint_eq(m.u.recs.len, 0);
+    ck_assert_int_eq(proto_enc_records(b, sizeof(b), PROTO_OP_REPORT, 9, NULL, 0), PROTO_HDR_LEN);
+    proto_encode_hdr(b, PROTO_OP_REPORT, PROTO_F_REPLY, 9, 0, 1);
+    b[PROTO_HDR_LEN] = 0;
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN + 1, &m, &used), -EPROTO);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1554,6 +1638,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_readx_release);
     tcase_add_test(tc, test_admin);
+    tcase_add_test(tc, test_report);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,7 +3,8 @@
  * granaryd, with raw packets where libgranary would not send them: a reply
  * that cannot be allocated fails the connection instead of hanging the
  * client; empty packets and surplus fds never leak descriptors (issue 21);
- * every refusal reaches the client with its reason.
+ * every refusal reaches the client with its reason; client-reported
+ * counters (REPORT).
  */
 #include <check.h>
 #include <dirent.h>
@@ -310,6 +311,62 @@ START_TEST(test_admin_fields_and_noreply)
 }
 END_TEST
 
+/* REPORT adds the client-kept counters (GR_CLIENT_STATS) to the daemon's,
+ * saturating, ignores other names, answers with an empty success, refuses
+ * text records; the first report of a GPU path is logged once. */
+START_TEST(test_report)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 512], recs[256];
+    proto_msg m;
+    size_t off;
+    ssize_t len;
+    FILE *lf;
+    char line[512];
+    int fd, logged = 0;
+
+    tu_daemon_init(&d, NULL);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    for (uint32_t id = 1; id <= 2; id++) {
+        off = 0;
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_clients", 1), 0);
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_bytes", 1000), 0);
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "gpu_tier_hits", UINT64_MAX), 0);
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "hits_dram", 5), 0);
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "no_such_counter", 5), 0);
+        len = proto_enc_report(req, sizeof(req), id, recs, off);
+        ck_assert_int_gt(len, 0);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_uint_eq(m.h.op, PROTO_OP_REPORT);
+        ck_assert_uint_eq(m.h.req_id, id);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(m.u.recs.len, 0);
+    }
+    /* A text record: the decoder refuses it. */
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "gpu_bytes", "1", 1), 0);
+    proto_encode_hdr(req, PROTO_OP_REPORT, 0, 3, 0, (uint32_t)off);
+    memcpy(req + PROTO_HDR_LEN, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, PROTO_HDR_LEN + off, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_uint_eq(m.h.req_id, 3);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    close(fd);
+    ck_assert_uint_eq(tu_stat(&d, "gpu_clients"), 2);
+    ck_assert_uint_eq(tu_stat(&d, "gpu_bytes"), 2000);
+    ck_assert_uint_eq(tu_stat(&d, "gpu_tier_hits"), UINT64_MAX);   /* saturated */
+    ck_assert_uint_eq(tu_stat(&d, "hits_dram"), 0);                 /* not a client's to add */
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    lf = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(lf);
+    while (fgets(line, sizeof(line), lf))
+        logged += strstr(line, "copies into GPU memory") != NULL;
+    fclose(lf);
+    ck_assert_int_eq(logged, 1);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
@@ -320,6 +377,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_empty_packets_with_fds);
     tcase_add_test(tc, test_refusal_reason);
     tcase_add_test(tc, test_admin_fields_and_noreply);
+    tcase_add_test(tc, test_report);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -82,7 +82,28 @@
     X(gauge,   nvme_state,           "NVMe tier device state: 0 ok, 1 full, 2 offline (nvme.h)") \
     X(counter, nvme_io_errors,       "NVMe reads or writes that failed with an I/O error") \
     X(counter, nvme_space_errors,    "NVMe writes the filesystem refused for want of space") \
-    X(counter, nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full")
+    X(counter, nvme_offline_skips,   "NVMe gets and puts skipped while the device was offline or full") \
+    GR_CLIENT_STATS(X)
+
+/*
+ * Counters that clients report (REPORT, proto/PROTOCOL.md): libgranary's
+ * GPU path runs in the client, so only the client can count its device
+ * copies and GPU-tier hits.  Each REPORT adds deltas; the daemon takes
+ * exactly these names (others are ignored) and does not verify them: they
+ * are what clients say, summed over all clients since start.  A client can
+ * only inflate them, never affect the cache.
+ */
+#define GR_CLIENT_STATS(X) \
+    X(counter, gpu_clients,          "clients that started libgranary's GPU path (reported)") \
+    X(counter, gpu_gds_clients,      "of those, clients where GPUDirect Storage (libcufile) was found (reported)") \
+    X(counter, gpu_copies,           "ranges copied into GPU memory by clients (reported)") \
+    X(counter, gpu_bytes,            "bytes copied into GPU memory by clients (reported)") \
+    X(counter, gpu_direct_bytes,     "of those, bytes copied straight from the registered arena, no CPU copy (reported)") \
+    X(counter, gpu_staged_bytes,     "of those, bytes that went through a client's pinned staging ring (reported)") \
+    X(counter, gpu_tier_hits,        "chunk lookups served from a client's GPU tier (reported)") \
+    X(counter, gpu_tier_hit_bytes,   "bytes served from clients' GPU tiers, device to device (reported)") \
+    X(counter, gpu_tier_misses,      "chunk lookups a client's GPU tier did not hold (reported)") \
+    X(counter, gpu_tier_evictions,   "chunks evicted from clients' GPU tiers (reported)")
 
 /*
  * Request latency histograms, one per class of request: the time from

@@ -32,6 +32,7 @@ static const op_row op_table[] = {
     { PROTO_OP_RELEASE, op_release, 0, 0, 1 },   /* never has a reply */
     { PROTO_OP_ADMIN,   op_admin,   0, 0, 0 },
     { PROTO_OP_HINT,    op_hint,    0, 0, 0 },
+    { PROTO_OP_REPORT,  op_report,  0, 0, 0 },
 };
 
 static const op_row *row_of(uint8_t op)

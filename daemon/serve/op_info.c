@@ -1,5 +1,6 @@
 /*
- * op_info.c - HELLO (the version handshake) and STATS (the counters).
+ * op_info.c - HELLO (the version handshake), STATS (the counters) and
+ * REPORT (counters only clients can keep, added to ours).
  */
 #include <errno.h>
 #include <string.h>
@@ -65,4 +66,42 @@ void op_stats(conn *c, const proto_msg *m, int *fds, int nfds)
     o->len = PROTO_HDR_LEN + off;
     o->iov[0].iov_len = o->len;
     conn_send(c, o);
+}
+
+/*
+ * REPORT: add the client's counter growth (the GR_CLIENT_STATS names only,
+ * others ignored; saturating) and answer with an empty success.  The first
+ * report of a GPU path on a connection is logged, with whether GPUDirect
+ * Storage is there.  The decoder has checked that every record is a number.
+ */
+void op_report(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    gr_stats *st = c->srv->d.stats;
+    size_t off = 0;
+    uint64_t gpu = 0, gds = 0;
+    proto_rec r;
+
+    (void)fds;
+    (void)nfds;
+    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1) {
+        if (proto_rec_is(&r, "gpu_clients"))
+            gpu += r.u64;
+        else if (proto_rec_is(&r, "gpu_gds_clients"))
+            gds += r.u64;
+#define GR_REPORT_ADD(kind, field, help)                                                    \
+        if (proto_rec_is(&r, #field)) {                                                     \
+            st->field = st->field > UINT64_MAX - r.u64 ? UINT64_MAX : st->field + r.u64;    \
+            continue;                                                                       \
+        }
+        GR_CLIENT_STATS(GR_REPORT_ADD)
+#undef GR_REPORT_ADD
+    }
+    if (gpu && !c->gpu_logged) {
+        c->gpu_logged = 1;
+        log_info("client %u (pid %ld, uid %ld) copies into GPU memory; GPUDirect Storage %s",
+                 c->id, (long)c->cred.pid, (long)c->cred.uid,
+                 gds ? "found in the client, not used: chunks reach the GPU through the arena"
+                     : "not available there (no libcufile): chunks reach the GPU through the arena");
+    }
+    reply_ok(c, PROTO_OP_REPORT, m->h.req_id);
 }

@@ -88,6 +88,7 @@ struct conn {
     uint32_t nleases, nfree;    /* slots allocated; ids on the stack */
     uint64_t leased_bytes;      /* arena bytes of the chunks leased */
     uint32_t *segs_sent;        /* per arena segment: the generation whose fd was sent, 0 none */
+    int gpu_logged;             /* its GPU path was logged (first REPORT with gpu_clients) */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
     gr__list link;              /* srv->conns */
@@ -177,6 +178,7 @@ typedef void (*op_handler)(conn *c, const proto_msg *m, int *fds, int nfds);
 
 void op_hello(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_info.c */
 void op_stats(conn *c, const proto_msg *m, int *fds, int nfds);
+void op_report(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_open(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_file.c */
 void op_close(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_read(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_read.c */

@@ -45,9 +45,10 @@ import threading
 import weakref
 
 from ._lib import lib as _lib, path as library_path, STATS_CB as _STATS_CB, Hint as _Hint
+from ._lib import DevRange as _DevRange, GpuStats as _GpuStats
 
-__all__ = ["Client", "GranaryFile", "open", "read_range", "stats", "default_client",
-           "library_path"]
+__all__ = ["Client", "GranaryFile", "DeviceBatch", "open", "read_range", "stats",
+           "default_client", "library_path"]
 
 
 class _Timespec(ctypes.Structure):
@@ -298,9 +299,136 @@ class Client:
         if _lib.gr_hint_clear(c) != 0:
             raise _error(c)
 
+    # -- the GPU path (gr_read_to_device; see client/granary.h, "GPU") ----------
+    GPU_TIER_BYTES = 1                  # gr_gpu_set options
+    GPU_REGISTER = 2
+    GPU_RING_BYTES = 3
+    GPU_MAX_LEASED = 4
+
+    def _gpu_fn(self, name):
+        fn = getattr(_lib, name, None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(_errno.ENOSYS, "libgranary has no %s (%s)" % (name, library_path))
+        return fn
+
+    def read_to_device(self, ranges, stream=None, wait=True):
+        """Copy ranges of files into CUDA device memory (one
+        ``gr_read_to_device_batch``).
+
+        ``ranges``: an iterable of ``(file, offset, length, dst)``: ``file``
+        a path or a :class:`GranaryFile` of this client, ``dst`` the device
+        address of byte ``offset`` (an int: ``tensor.data_ptr()``,
+        ``cudaMalloc``).  ``stream``: a CUDA stream handle as an int
+        (``torch.cuda.current_stream().cuda_stream``), None or 0 for the
+        legacy default stream.  The copies are ordered on that stream, so
+        work queued there afterwards sees the bytes.  ``wait``: True, return
+        once they completed; False, return a :class:`DeviceBatch` to wait
+        on; None, queue them and keep no handle (nothing to wait for on the
+        host; the leases come back when the copies complete).
+
+        Returns a DeviceBatch whose ``done`` lists the bytes queued per range
+        (fewer than asked only at the end of a file).  Raises OSError with
+        the library's errno and reason: ENODEV (no CUDA driver or GPU),
+        EFAULT (dst is not device memory), EIO, and the read's errors.
+        """
+        fn = self._gpu_fn("gr_read_to_device_batch")
+        items = list(ranges)
+        arr = (_DevRange * max(1, len(items)))()
+        opened = []
+        try:
+            for i, (f, off, length, dst) in enumerate(items):
+                if off < 0 or length < 0:
+                    raise ValueError("negative offset or length in %r" % ((f, off, length),))
+                if not isinstance(f, GranaryFile):
+                    f = self.open(f)
+                    opened.append(f)
+                elif f._client is not self:
+                    raise ValueError("%r belongs to another Client" % (f,))
+                c, fp = f._handle()
+                arr[i].f, arr[i].off, arr[i].len, arr[i].dst = fp, off, length, int(dst)
+            c = self._handle()
+            handle = ctypes.c_void_p()
+            if fn(c, arr, len(items), int(stream) if stream else None,
+                  ctypes.byref(handle) if wait is not None else None) != 0:
+                raise _error(c)
+        finally:
+            # Closing a file does not end its copies: leases are per connection.
+            for f in opened:
+                f.close()
+        batch = DeviceBatch(self, handle.value, [arr[i].done for i in range(len(items))])
+        if wait:
+            batch.wait()
+        return batch
+
+    def gpu_set(self, opt, value):
+        """``gr_gpu_set``: GPU_TIER_BYTES (the GPU tier's cap, 0 off),
+        GPU_REGISTER (0: the staging ring only), GPU_RING_BYTES,
+        GPU_MAX_LEASED."""
+        c = self._handle()
+        if self._gpu_fn("gr_gpu_set")(c, int(opt), int(value)) != 0:
+            raise _error(c)
+
+    def gpu_stats(self):
+        """This client's GPU counters (``gr_gpu_get_stats``) as a dict."""
+        fn = self._gpu_fn("gr_gpu_get_stats")
+        st = _GpuStats()
+        c = self._handle()
+        if fn(c, ctypes.byref(st)) != 0:
+            raise _error(c)
+        return {name: getattr(st, name) for name, _ in st._fields_}
+
+    def gpu_info(self):
+        """One line about this client's GPU path (device, driver,
+        registration, ring, tier, GPUDirect Storage); OSError (ENODEV ...)
+        with the reason when there is none."""
+        fn = self._gpu_fn("gr_gpu_info")
+        buf = ctypes.create_string_buffer(1024)
+        c = self._handle()
+        if fn(c, buf, len(buf)) != 0:
+            err = ctypes.get_errno() or _errno.EIO
+            raise OSError(err, buf.value.decode("utf-8", "replace"))
+        return buf.value.decode("utf-8", "replace")
+
     def __repr__(self):
         state = "closed" if self._closed else "open"
         return "<granary.Client %s socket=%r>" % (state, self._socket)
+
+
+class DeviceBatch:
+    """Copies queued by :meth:`Client.read_to_device`.  ``done``: bytes
+    queued per range.  :meth:`wait` blocks until they completed on the
+    device (and frees the handle); :meth:`poll` says whether they have.
+    A batch dropped unwaited is waited for when it is collected.  (With
+    ``wait=None`` there is no handle: wait and poll return at once.)"""
+
+    def __init__(self, client, handle, done):
+        self._client = client
+        self._h = handle
+        self.done = done
+
+    def wait(self):
+        """Block until the copies have completed; OSError (EIO) if one failed."""
+        h, self._h = self._h, None
+        if h and _lib.gr_dev_wait(h) != 0:
+            raise _error(self._client._c)
+
+    def poll(self):
+        """True once the copies have completed (then wait() returns at once)."""
+        if not self._h:
+            return True
+        r = _lib.gr_dev_poll(self._h)
+        if r < 0:
+            raise _error(self._client._c)
+        return r == 1
+
+    def __del__(self):
+        # The handle is freed by a wait (the copies are short; their leases
+        # come back on completion whatever happens here).
+        try:
+            if self._h and not self._client._closed and self._client._pid == os.getpid():
+                self.wait()
+        except Exception:
+            pass
 
 
 class GranaryFile(io.RawIOBase):

@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["lib", "path", "STATS_CB", "Hint"]
+__all__ = ["lib", "path", "STATS_CB", "Hint", "DevRange", "GpuStats"]
 
 # int (*cb)(void *arg, const char *name, uint64_t value)
 STATS_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
@@ -26,6 +26,21 @@ STATS_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctyp
 class Hint(ctypes.Structure):
     """struct gr_hint: one hinted range (len 0: to the end of the file)."""
     _fields_ = [("path", ctypes.c_char_p), ("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class DevRange(ctypes.Structure):
+    """struct gr_dev_range: one range of gr_read_to_device_batch."""
+    _fields_ = [("f", ctypes.c_void_p), ("off", ctypes.c_uint64), ("len", ctypes.c_uint64),
+                ("dst", ctypes.c_void_p), ("done", ctypes.c_uint64)]
+
+
+class GpuStats(ctypes.Structure):
+    """struct gr_gpu_stats (client/granary.h)."""
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "copies", "bytes", "direct_bytes", "staged_bytes", "tier_hits", "tier_hit_bytes",
+        "tier_misses", "tier_evictions", "tier_used_bytes", "tier_cap_bytes",
+        "registered_segments", "registration_failures", "leased_bytes", "batches_inflight")] + [
+        ("gds_available", ctypes.c_int)]
 
 
 def _candidates():
@@ -68,10 +83,19 @@ def _bind(lib):
         "gr_strerror_last": (cp, [vp]),
         "gr_hint_append": (ctypes.c_int, [vp, ctypes.POINTER(Hint), sz]),
         "gr_hint_clear": (ctypes.c_int, [vp]),
+        # the GPU path
+        "gr_read_to_device_batch": (ctypes.c_int, [vp, ctypes.POINTER(DevRange), sz, vp,
+                                                   ctypes.POINTER(vp)]),
+        "gr_dev_wait": (ctypes.c_int, [vp]),
+        "gr_dev_poll": (ctypes.c_int, [vp]),
+        "gr_gpu_set": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_uint64]),
+        "gr_gpu_get_stats": (ctypes.c_int, [vp, ctypes.POINTER(GpuStats)]),
+        "gr_gpu_info": (ctypes.c_int, [vp, ctypes.c_char_p, sz]),
     }
     # Newer than the rest: an older installed library lacks them, and then
-    # only Client.hint/hint_clear fail (ENOSYS), not the import.
-    optional = ("gr_hint_append", "gr_hint_clear")
+    # only the calls that need them fail (ENOSYS), not the import.
+    optional = ("gr_hint_append", "gr_hint_clear", "gr_read_to_device_batch", "gr_dev_wait",
+                "gr_dev_poll", "gr_gpu_set", "gr_gpu_get_stats", "gr_gpu_info")
     for name, (res, args) in sig.items():
         if name in optional and not hasattr(lib, name):
             continue

@@ -26,7 +26,26 @@ torch is optional: without it GranaryDataset is a plain class with the same
 ``__len__``/``__getitem__`` protocol (usable with any loader that takes a
 map-style dataset) and HintingSampler a plain iterable; with it, they
 subclass ``torch.utils.data.Dataset`` and ``Sampler``.
+
+Batches straight onto the GPU (libgranary's ``gr_read_to_device``: cached
+bytes go from the daemon's shared memory to device memory by DMA, no copy
+in the loader)::
+
+    ds = GranaryDataset("/mnt/lustre/ds", lazy=True)      # samples are SampleRefs
+    loader = DataLoader(ds, batch_size=256, num_workers=8, collate_fn=ref_collate)
+    for batch in DeviceLoader(loader, device="cuda"):     # DeviceSamples
+        x = batch.data                                      # one uint8 CUDA tensor
+        first = batch.sample(0)                             # a view of sample 0
+
+Workers only name the samples (no bytes cross processes); DeviceLoader
+copies each batch in the main process with one batched call, and queues
+batch k+1 before it hands out batch k, so the copy of the next batch
+overlaps the step on this one.  :func:`read_tensor` reads one range or file
+into a CUDA tensor.  These need ``torch.cuda``; without a GPU they raise
+RuntimeError (the allocator and stream can be given, which is how the tests
+drive them against the stand-in driver).
 """
+import errno
 import os
 import warnings
 
@@ -40,7 +59,8 @@ except ImportError:                     # torch is optional
     _SamplerBase = object
     HAVE_TORCH = False
 
-__all__ = ["GranaryDataset", "HintingSampler", "HAVE_TORCH", "list_files"]
+__all__ = ["GranaryDataset", "HintingSampler", "HAVE_TORCH", "list_files", "SampleRef",
+           "read_tensor", "ref_collate", "DeviceCollate", "DeviceSamples", "DeviceLoader"]
 
 
 def list_files(root):
@@ -63,10 +83,12 @@ class GranaryDataset(_Base):
     ``files``: a directory (walked recursively, sorted) or an iterable of
     paths.  ``transform``: called with each sample's bytes; its result is
     the sample.  ``socket``: the daemon's socket (None: libgranary's
-    default, ``$GRANARY_SOCKET`` first).
+    default, ``$GRANARY_SOCKET`` first).  ``lazy``: ``ds[i]`` is a
+    :class:`SampleRef` naming the sample (no read, no transform), for
+    :class:`DeviceCollate`/:class:`DeviceLoader` to copy onto the GPU.
     """
 
-    def __init__(self, files, transform=None, socket=None):
+    def __init__(self, files, transform=None, socket=None, lazy=False):
         if isinstance(files, (str, bytes, os.PathLike)) and os.path.isdir(files):
             self.files = list_files(os.fsdecode(files))
         elif isinstance(files, (str, bytes, os.PathLike)):
@@ -76,6 +98,7 @@ class GranaryDataset(_Base):
             self.files = [os.path.abspath(os.fsdecode(os.fspath(p))) for p in files]
         self.transform = transform
         self.socket = socket
+        self.lazy = lazy
         self._client = None
         self._pid = None
 
@@ -100,7 +123,21 @@ class GranaryDataset(_Base):
         """What reading sample ``index`` reads: its whole file."""
         return (self.files[index],)
 
+    def sample_ref(self, index):
+        """Sample ``index`` as a :class:`SampleRef` (its whole file; the
+        size from stat)."""
+        path = self.files[index]
+        return SampleRef(path, 0, os.stat(path).st_size)
+
+    def to_device(self, index, device=None, client=None, stream=None):
+        """Sample ``index`` as a uint8 CUDA tensor (:func:`read_tensor`)."""
+        return read_tensor(self.files[index], device=device,
+                           client=client if client is not None else self._get_client(),
+                           stream=stream)
+
     def __getitem__(self, index):
+        if self.lazy:
+            return self.sample_ref(index)
         path = self.files[index]
         with self._get_client().open(path) as f:
             data = f.readall()
@@ -245,3 +282,208 @@ class HintingSampler(_SamplerBase):
             except (OSError, ValueError):
                 pass
             self._client = c
+
+
+# ---- onto the GPU -------------------------------------------------------------
+
+class SampleRef(tuple):
+    """A sample named, not read: ``(path, offset, length)``."""
+    __slots__ = ()
+
+    def __new__(cls, path, offset, length):
+        return tuple.__new__(cls, (os.fspath(path), int(offset), int(length)))
+
+    def __getnewargs__(self):           # pickled to and from DataLoader workers
+        return tuple(self)
+
+    path = property(lambda self: self[0])
+    offset = property(lambda self: self[1])
+    length = property(lambda self: self[2])
+
+
+def _cuda_or_raise(what):
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError("granary.torch.%s needs torch" % what) from None
+    if not torch.cuda.is_available():
+        raise RuntimeError("granary.torch.%s needs CUDA: torch.cuda.is_available() is False "
+                           "(DeviceCollate takes allocate= and stream= for another allocator)"
+                           % what)
+    return torch
+
+
+def _torch_alloc(device):
+    """allocate(nbytes) -> (uint8 CUDA tensor, its device address)."""
+    def allocate(n):
+        torch = _cuda_or_raise("DeviceCollate")
+        t = torch.empty(max(1, n), dtype=torch.uint8, device=device or "cuda")
+        return t, t.data_ptr()
+    return allocate
+
+
+def _torch_stream(device):
+    torch = _cuda_or_raise("DeviceCollate")
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def read_tensor(path, offset=0, length=None, device=None, client=None, stream=None, out=None):
+    """Bytes ``[offset, offset+length)`` of ``path`` (to the end of the
+    file when length is None) as a uint8 CUDA tensor, copied on the current
+    stream of ``device`` (or on ``stream``, an int handle): work queued on
+    it afterwards sees them, no host wait.  ``out``: a uint8 CUDA tensor to
+    fill instead of a new one (at least the length).  Raises RuntimeError
+    without CUDA, OSError from the library (ENODEV, EFAULT ...)."""
+    torch = _cuda_or_raise("read_tensor")
+    c = client if client is not None else granary.default_client()
+    if length is None:
+        with c.open(path) as f:
+            length = max(0, f.size - offset)
+    t = out if out is not None else torch.empty(max(1, length), dtype=torch.uint8,
+                                                device=device or "cuda")
+    if t.dtype != torch.uint8 or not t.is_cuda or t.numel() < length:
+        raise ValueError("out must be a uint8 CUDA tensor of at least %d elements" % length)
+    s = stream if stream is not None else torch.cuda.current_stream(t.device).cuda_stream
+    b = c.read_to_device([(path, offset, length, t.data_ptr())], stream=s, wait=None)
+    return t[:b.done[0]]
+
+
+def ref_collate(batch):
+    """collate_fn for a lazy GranaryDataset in DataLoader workers: the list
+    of SampleRefs as it is (DeviceLoader copies them in the main process)."""
+    return list(batch)
+
+
+class DeviceSamples:
+    """A batch on the GPU: ``data`` holds the samples back to back,
+    sample i at ``offsets[i]`` for ``lengths[i]`` bytes; ``sample(i)`` is
+    that view; ``refs`` what was read.  ``batch`` is the DeviceBatch when
+    the copy was not waited for (ordered on the stream either way)."""
+
+    def __init__(self, data, offsets, lengths, refs, batch=None):
+        self.data = data
+        self.offsets = offsets
+        self.lengths = lengths
+        self.refs = refs
+        self.batch = batch
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def sample(self, i):
+        return self.data[self.offsets[i]:self.offsets[i] + self.lengths[i]]
+
+    def wait(self):
+        """Block until the batch's bytes are in device memory."""
+        if self.batch is not None:
+            self.batch.wait()
+
+
+class DeviceCollate:
+    """Lands a batch of SampleRefs (or ``(path, offset, length)`` tuples)
+    in device memory with one batched ``gr_read_to_device``: one buffer
+    (``allocate(nbytes) -> (buffer, device address)``, default a uint8
+    tensor on ``device``) holding the samples back to back, each at an
+    offset aligned to ``align`` bytes.  Ordered on ``stream`` (an int
+    handle; default the device's current stream).  Use it as the
+    DataLoader's collate_fn with ``num_workers=0``, or through
+    :class:`DeviceLoader` with workers (CUDA does not work in forked
+    workers).  ``wait``: block until the copy is done (default: the
+    copies are only ordered on the stream, and DeviceSamples.wait waits).
+    Files stay open between batches (up to ``max_open``, least recently
+    used closed first), so a batch costs no OPEN round trips once its files
+    were seen; like any open file, one kept open reads the version it was
+    opened at (or fails with ESTALE, and is then opened again once): a
+    sample rewritten during the job is seen once its file is closed
+    (``close()``, or evicted)."""
+
+    def __init__(self, device=None, client=None, socket=None, allocate=None, stream=None,
+                 align=256, wait=False, max_open=1024):
+        self.device = device
+        self.socket = socket
+        self.max_open = max(1, max_open)
+        self._files = {}                # path -> GranaryFile, least recently used first
+        self._client = client
+        self._pid = os.getpid() if client is not None else None
+        self.allocate = allocate if allocate is not None else _torch_alloc(device)
+        self.stream = stream
+        self.align = align
+        self.wait = wait
+
+    def _get_client(self):
+        if self._client is None or self._pid != os.getpid():
+            self._client = granary.Client(self.socket)
+            self._pid = os.getpid()
+            self._files = {}
+        return self._client
+
+    def _file(self, c, path):
+        f = self._files.pop(path, None)
+        if f is None or f.closed:
+            f = c.open(path)
+        self._files[path] = f           # now the most recently used
+        if len(self._files) > self.max_open:
+            self._files.pop(next(iter(self._files))).close()
+        return f
+
+    def close(self):
+        """Close the files kept open."""
+        files, self._files = self._files, {}
+        for f in files.values():
+            f.close()
+
+    def __call__(self, refs):
+        refs = [r if isinstance(r, SampleRef) else SampleRef(*r) for r in refs]
+        offsets, at = [], 0
+        for r in refs:
+            offsets.append(at)
+            at += (r.length + self.align - 1) // self.align * self.align
+        buf, base = self.allocate(at)
+        stream = self.stream if self.stream is not None else _torch_stream(self.device)
+        c = self._get_client()
+        for attempt in (0, 1):
+            try:
+                b = c.read_to_device(
+                    [(self._file(c, r.path), r.offset, r.length, base + o)
+                     for r, o in zip(refs, offsets)],
+                    stream=stream, wait=bool(self.wait))
+                break
+            except OSError as e:
+                if e.errno != errno.ESTALE or attempt:
+                    raise
+                self.close()            # a file changed: open them afresh
+        return DeviceSamples(buf, offsets, b.done, refs, None if self.wait else b)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None         # a connection is per process
+        state["_pid"] = None
+        state["_files"] = {}
+        return state
+
+
+class DeviceLoader:
+    """Iterates a DataLoader whose batches are lists of SampleRefs
+    (``collate_fn=ref_collate`` over a lazy GranaryDataset) and yields
+    :class:`DeviceSamples`: each batch copied onto the GPU by a
+    :class:`DeviceCollate` in this process, the next one queued before the
+    current one is handed out (``prefetch`` batches ahead), so its copy
+    overlaps the work on the current one."""
+
+    def __init__(self, loader, device=None, collate=None, prefetch=1, **collate_kw):
+        self.loader = loader
+        self.collate = collate if collate is not None else DeviceCollate(device=device,
+                                                                         **collate_kw)
+        self.prefetch = max(0, prefetch)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        pending = []
+        for refs in self.loader:
+            pending.append(self.collate(refs))
+            if len(pending) > self.prefetch:
+                yield pending.pop(0)
+        while pending:
+            yield pending.pop(0)
