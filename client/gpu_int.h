@@ -23,19 +23,14 @@
 #include <stdint.h>
 
 #include "gpu_cuda.h"
+#include "granary_int.h"
 #include "htab.h"
 #include "list.h"
 
 /* A chunk's identity: the file as it was opened (dev, ino, size, mtime) and
  * the chunk (unit bytes from offset index * unit), so a changed file never
  * hits an old entry. */
-typedef struct gr__tier_key {
-    uint64_t dev, ino, size;
-    int64_t mtime_sec;
-    uint64_t mtime_nsec;
-    uint64_t unit;
-    uint64_t index;
-} gr__tier_key;
+typedef gr__ckey gr__tier_key;     /* the file identity and chunk (granary_int.h) */
 
 typedef struct gr__tier_ent {
     gr__hnode hnode;                    /* in the tier's table while live */

@@ -26,34 +26,9 @@ struct gr__tier {
     uint64_t alloc_failures;
 };
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t key_hash(const gr__tier_key *k)
-{
-    uint64_t h = 0;
-
-    h = mix(h, k->dev);
-    h = mix(h, k->ino);
-    h = mix(h, k->size);
-    h = mix(h, (uint64_t)k->mtime_sec);
-    h = mix(h, k->mtime_nsec);
-    h = mix(h, k->unit);
-    return mix(h, k->index);
-}
-
 static int key_eq(const gr__hnode *n, const void *key)
 {
-    const gr__tier_key *a = &gr__container_of(n, gr__tier_ent, hnode)->key, *b = key;
-
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec && a->unit == b->unit &&
-           a->index == b->index;
+    return gr__ckey_eq(&gr__container_of(n, gr__tier_ent, hnode)->key, key);
 }
 
 static gr__tier_ent *ent_of(gr__list *l)
@@ -111,7 +86,7 @@ void gr__tier_free(gr__tier **tp)
 
 gr__tier_ent *gr__tier_lookup(gr__tier *t, const gr__tier_key *k)
 {
-    gr__hnode *n = gr__htab_find(&t->table, key_hash(k), key_eq, k);
+    gr__hnode *n = gr__htab_find(&t->table, gr__ckey_hash(k), key_eq, k);
     gr__tier_ent *e;
 
     if (!n)
@@ -183,7 +158,7 @@ int gr__tier_admit(gr__tier *t, const gr__tier_key *k, uint64_t len, uint64_t do
     e->key = *k;
     e->len = len;
     t->used += len;
-    gr__htab_insert(&t->table, &e->hnode, key_hash(k));
+    gr__htab_insert(&t->table, &e->hnode, gr__ckey_hash(k));
     gr__list_init(&e->link);
     gr__list_push_front(&t->lru, &e->link);
     *out = e;

@@ -43,7 +43,9 @@
 #include "clock.h"
 #include "fdpass.h"
 #include "ini.h"
+#include "lcache.h"
 #include "proto.h"
+#include "size.h"
 #include "usock.h"
 
 _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PROTO_ADMIN_INVALIDATE &&
@@ -60,6 +62,7 @@ _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PRO
 #define GR_DEFAULT_SOCKET "/run/granary/granary.sock"
 #define GR_RECONNECT_DEFAULT_MS 30000   /* $GRANARY_RECONNECT_MS unset */
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
+#define GR_REPORT_MS 1000               /* lease-cache counters go to the daemon this often */
 
 typedef struct gr_seg {
     const uint8_t *p;                   /* read-only mapping, NULL until received */
@@ -103,6 +106,11 @@ struct gr_client {
     char errtext[PROTO_MAX_ERRMSG + 1];
     const gr__gpu_hooks *gpu_hooks;     /* the GPU layer (client/gpu.c), or NULL */
     void *gpu_arg;
+    uint32_t chunk_size;                /* the daemon's default, from HELLO */
+    gr__lcache lc;                      /* leases kept to serve later reads (lcache.h) */
+    uint64_t lc_env_max;                /* $GRANARY_LEASE_CACHE, UINT64_MAX unset */
+    uint64_t lc_reported[4];            /* lease-cache counters as last reported */
+    uint64_t report_ms;                 /* gr__now_ms() of the last report */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
 
@@ -112,13 +120,16 @@ struct gr_file {
     uint32_t gen;
     int stale;                          /* the re-opened file had another identity: ESTALE */
     char *path;                         /* for re-opening after a reconnect */
+    uint8_t *head;                      /* bytes the OPENX brought inline (no lease), or NULL */
+    uint32_t head_len;                  /* from offset 0 */
 };
 
 struct gr_ref {
     gr_client *c;
-    uint32_t lease;                     /* 0 when the bytes were copied to heap */
+    uint32_t lease;                     /* 0 when the bytes were copied to heap or are ent's */
     uint32_t gen;                       /* the connection the lease belongs to */
     void *heap;
+    gr__lent *ent;                      /* a kept lease it reads from, or NULL */
 };
 
 static void set_err(gr_client *c, int err, const char *text, size_t len)
@@ -195,12 +206,64 @@ static void queue_release(gr_client *c, uint32_t lease)
     c->rel[c->nrel++] = lease;
 }
 
+/* The lease cache lets go of e: its lease goes back if it is of this
+ * connection (an older one's died with it). */
+static void lc_release(void *arg, const gr__lent *e)
+{
+    gr_client *c = arg;
+
+    if (e->gen == c->gen)
+        queue_release(c, e->lease);
+}
+
+/* Tell the daemon how the lease cache did since the last time (REPORT
+ * with NOREPLY: nothing to wait for): at most every GR_REPORT_MS, and at
+ * disconnect (force).  Lock held. */
+static void report_lc(gr_client *c, int force)
+{
+    static const char *const names[4] = {
+        "lease_cache_hits", "lease_cache_hit_bytes", "lease_cache_kept", "lease_cache_expired",
+    };
+    uint64_t now = gr__now_ms(), cur[4] = { c->lc.hits, c->lc.hit_bytes, c->lc.kept,
+                                            c->lc.expired };
+    uint8_t req[PROTO_HDR_LEN + 4 * (2 + 32 + 8)];
+    size_t off = 0;
+    ssize_t n;
+    uint32_t id;
+    int any = 0;
+
+    if (c->fd < 0 || (!force && now - c->report_ms < GR_REPORT_MS))
+        return;
+    c->report_ms = now;
+    for (int i = 0; i < 4; i++) {
+        if (cur[i] == c->lc_reported[i])
+            continue;
+        if (proto_rec_u64(req + PROTO_HDR_LEN, sizeof(req) - PROTO_HDR_LEN, &off, names[i],
+                          cur[i] - c->lc_reported[i]) < 0)
+            return;
+        any = 1;
+    }
+    if (!any)
+        return;
+    id = take_id(c);
+    n = proto_enc_report(req, sizeof(req), id, req + PROTO_HDR_LEN, off);
+    if (n < 0)
+        return;
+    proto_encode_hdr(req, PROTO_OP_REPORT, PROTO_F_NOREPLY, id, 0,
+                     (uint32_t)((size_t)n - PROTO_HDR_LEN));
+    while ((n = send(c->fd, req, (size_t)n, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    if (n > 0)
+        memcpy(c->lc_reported, cur, sizeof(cur));
+}
+
 /* Release every lease of a READX reply nobody will read. */
 static void drop_readx(gr_client *c, const proto_msg *m)
 {
+    const proto_readx *rx = proto_msg_readx(m);
     proto_extent e;
 
-    for (uint32_t i = 0; i < m->u.readx.nextents; i++) {
+    for (uint32_t i = 0; rx && i < rx->nextents; i++) {
         proto_extent_at(m, i, &e);
         queue_release(c, e.lease);
     }
@@ -212,10 +275,11 @@ static void drop_readx(gr_client *c, const proto_msg *m)
  * received). */
 static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nfds)
 {
+    const proto_readx *rx = proto_msg_readx(m);
     int next = 0, rc = 0;
     proto_extent e;
 
-    for (uint32_t i = 0; i < m->u.readx.nextents && rc == 0; i++) {
+    for (uint32_t i = 0; i < rx->nextents && rc == 0; i++) {
         proto_extent_at(m, i, &e);
         if (e.seg >= GR_MAX_SEGS) {
             rc = -EPROTO;               /* no arena is that large: a bogus reply */
@@ -290,7 +354,7 @@ static int recv_msg(gr_client *c, proto_msg *m)
     rc = proto_decode(c->rbuf, (size_t)n, m, &used);
     if (rc == 0 && !(m->h.flags & PROTO_F_REPLY))
         rc = -EPROTO;
-    if (rc == 0 && m->h.op == PROTO_OP_READX && m->h.status == 0)
+    if (rc == 0 && proto_msg_readx(m))
         return map_segments(c, m, fds, nfds);
     gr__close_fds(fds, nfds);
     return rc != 0 ? -EPROTO : 0;
@@ -327,7 +391,7 @@ static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_ms
          * header, and this error is the answer to it. */
         if (m->h.req_id == id || (m->h.req_id == 0 && m->h.status < 0))
             return 0;
-        if (m->h.op == PROTO_OP_READX && m->h.status == 0)
+        if (proto_msg_readx(m))
             drop_readx(c, m);           /* stale: its leases go back */
     }
 }
@@ -400,6 +464,10 @@ static int dial(gr_client *c)
     rc = -EPROTO;
     if (c->max_data == 0)
         goto fail;
+    c->chunk_size = m.u.hello.chunk_size;
+    gr__lc_configure(&c->lc,
+                     m.u.hello.lease_cache < c->lc_env_max ? m.u.hello.lease_cache : c->lc_env_max,
+                     m.u.hello.lease_ttl_ms);
     return 0;
 fail:
     if (c->fd >= 0)
@@ -432,6 +500,9 @@ static void drop_conn(gr_client *c)
 {
     gr_retired *r;
 
+    /* Kept leases die with the connection; entries a gr_ref still reads
+     * stay with it (its generation's mappings are retired below). */
+    gr__lc_clear(&c->lc);
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -565,6 +636,19 @@ gr_client *gr_connect(const char *socket_path)
     c->next_id = 1;
     c->gen = 1;
     c->proof_fd = -1;
+    c->lc_env_max = UINT64_MAX;
+    {
+        const char *v = getenv("GRANARY_LEASE_CACHE");
+        uint64_t b;
+        if (v && *v && gr__size_parse(v, &b) == 0)
+            c->lc_env_max = b;
+    }
+    if (gr__lc_init(&c->lc, lc_release, c) < 0) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        errno = ENOMEM;
+        return NULL;
+    }
     rc = dial(c);
     if (rc < 0) {
         if (c->errtext[0])
@@ -588,6 +672,9 @@ void gr_disconnect(gr_client *c)
     if (c->gpu_hooks)
         c->gpu_hooks->fini(c->gpu_arg);     /* waits for its copies, releases its refs */
     c->gpu_hooks = NULL;
+    report_lc(c, 1);
+    gr__lc_fini(&c->lc);
+    flush_releases(c);
     unmap_segs(c, c->segs, c->nsegs);
     while (c->stale) {
         gr_stale *o = c->stale;
@@ -628,19 +715,93 @@ static void proof_failed(gr_client *c, const char *path, int proof_err)
     set_err(c, -proof_err, text, strlen(text));
 }
 
+static void close_unused(gr_client *c, uint32_t handle);
+
+/* Chunk idx of f, as the lease cache names it. */
+static gr__ckey chunk_of(const gr_file *f, uint64_t idx)
+{
+    return (gr__ckey){ f->a.dev, f->a.ino, f->a.size, f->a.mtime_sec, f->a.mtime_nsec,
+                       f->a.chunk_size, idx };
+}
+
+/*
+ * The bytes of a whole-chunk reply (READX with WHOLE, or OPENX) to a
+ * request for [poff, poff+plen) of f.  Its extents are whole chunks, the
+ * first the one holding poff: each is kept in the lease cache where it fits
+ * (else its lease is queued for release), and its overlap with the range is
+ * copied to dst (dst[0] is the byte at poff; dst NULL copies nothing).
+ * Inline bytes follow the extents, or start at poff when there are none.
+ * Returns how many bytes of the range from poff the reply covered, or
+ * -EPROTO for a reply that breaks these rules (every lease of it released).
+ * Lock held.
+ */
+static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, uint64_t poff,
+                          uint64_t plen, uint8_t *dst)
+{
+    const proto_readx *rx = proto_msg_readx(m);
+    uint64_t cs = f->a.chunk_size, size = f->a.size, pend = poff + plen, now = gr__now_ms();
+    uint64_t pos = rx->nextents && cs ? poff / cs * cs : poff;
+    proto_extent e;
+    uint32_t i;
+
+    for (i = 0; i < rx->nextents; i++) {
+        uint64_t want, from, to;
+        const uint8_t *p;
+        gr__ckey k;
+        proto_extent_at(m, i, &e);
+        want = pos < size ? (size - pos < cs ? size - pos : cs) : 0;
+        if (cs == 0 || want == 0 || e.len != want || (i > 0 && pos >= pend))
+            break;
+        p = c->segs[e.seg].p + e.off;
+        from = pos > poff ? pos : poff;
+        to = pos + e.len < pend ? pos + e.len : pend;
+        if (dst && to > from)
+            memcpy(dst + (from - poff), p + (from - pos), to - from);
+        k = chunk_of(f, pos / cs);
+        if (!gr__lc_insert(&c->lc, &k, c->gen, e.lease, p, e.len, now))
+            queue_release(c, e.lease);
+        pos += e.len;
+    }
+    if (i < rx->nextents) {
+        for (; i < rx->nextents; i++) {
+            proto_extent_at(m, i, &e);
+            queue_release(c, e.lease);
+        }
+        return -EPROTO;
+    }
+    if (rx->inline_len) {
+        if (pos < poff || pos >= pend || rx->inline_len > pend - pos)
+            return -EPROTO;
+        if (dst)
+            memcpy(dst + (pos - poff), rx->inline_data, rx->inline_len);
+        pos += rx->inline_len;
+    }
+    return (int64_t)((pos < pend ? pos : pend) - poff);
+}
+
+/* Whether reads ask for whole chunks to keep (the daemon lets us). */
+static int lc_on(const gr_client *c)
+{
+    return c->lc.max > 0;
+}
+
 gr_file *gr_open(gr_client *c, const char *path)
 {
-    uint8_t req[PROTO_HDR_LEN + PROTO_MAX_PATH];
+    uint8_t req[PROTO_HDR_LEN + PROTO_OPENX_PREFIX + PROTO_MAX_PATH];
     size_t len = path ? strlen(path) : 0;
     gr_file *f = NULL;
     proto_msg m;
-    uint32_t id;
+    uint32_t id, want;
     ssize_t n;
     int rc, proof;
 
     pthread_mutex_lock(&c->lock);
+    /* One round trip: the open and, where it costs no source read the
+     * caller may not want (a file of one chunk, or chunks in DRAM), the
+     * first chunk, kept as a lease for the reads that follow. */
+    want = lc_on(c) ? c->chunk_size : 0;
     id = take_id(c);
-    n = proto_enc_open(req, sizeof(req), id, path, len);
+    n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path, len);
     if (n < 0) {
         fail(c, len == 0 ? -EINVAL : -ENAMETOOLONG);
         goto out;
@@ -655,14 +816,14 @@ gr_file *gr_open(gr_client *c, const char *path)
             proof = open_proof(path);
             c->proof_fd = proof >= 0 ? proof : -1;
         }
-        rc = call_ok(c, req, (size_t)n, id, PROTO_OP_OPEN, &m);
+        rc = call_ok(c, req, (size_t)n, id, PROTO_OP_OPENX, &m);
         if (c->proof_fd >= 0)
             close(c->proof_fd);
         c->proof_fd = -1;
         if (rc < 0 && errno == ENOKEY && !c->need_proof) {
             c->need_proof = 1;
             id = take_id(c);
-            n = proto_enc_open(req, sizeof(req), id, path, len);
+            n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path, len);
             continue;
         }
         break;
@@ -673,20 +834,35 @@ gr_file *gr_open(gr_client *c, const char *path)
         goto out;
     }
     f = calloc(1, sizeof(*f));
-    if (!f) {
-        fail(c, -ENOMEM);
-        goto out;
-    }
-    f->path = strdup(path);
-    if (!f->path) {
+    if (!f || !(f->path = strdup(path))) {
+        drop_readx(c, &m);
+        close_unused(c, m.u.openx_reply.attr.handle);
         free(f);
         f = NULL;
         fail(c, -ENOMEM);
         goto out;
     }
     f->c = c;
-    f->a = m.u.attr;
+    f->a = m.u.openx_reply.attr;
     f->gen = c->gen;
+    if (m.u.openx_reply.read_status == 0) {
+        const proto_readx *rx = &m.u.openx_reply.rx;
+        uint64_t plen = want < f->a.size ? want : f->a.size;
+        /* Bytes that came inline (another uid's chunk, no arena block) are
+         * kept too: the read that follows needs no round trip either. */
+        if (rx->nextents == 0 && rx->inline_len && (f->head = malloc(rx->inline_len))) {
+            memcpy(f->head, rx->inline_data, rx->inline_len);
+            f->head_len = rx->inline_len;
+        } else if (take_whole(c, f, &m, 0, plen, NULL) < 0) {
+            close_unused(c, f->a.handle);
+            free(f->path);
+            free(f);
+            f = NULL;
+            fail(c, -EPROTO);
+            goto out;
+        }
+        flush_releases(c);
+    }
     c->errtext[0] = '\0';
 out:
     pthread_mutex_unlock(&c->lock);
@@ -713,43 +889,35 @@ int gr_fstat(gr_file *f, struct stat *st)
 int gr_close(gr_file *f)
 {
     gr_client *c;
-    uint8_t req[PROTO_HDR_LEN + 4];
-    proto_msg m;
-    uint32_t id;
-    int ret = 0;
 
     if (!f)
         return 0;
     c = f->c;
     pthread_mutex_lock(&c->lock);
-    /* A handle of a connection that is gone died with it: nothing to do. */
-    if (f->gen == c->gen && c->fd >= 0) {
-        id = take_id(c);
-        proto_enc_close(req, sizeof(req), id, f->a.handle);
-        ret = call(c, req, sizeof(req), id, &m);
-        if (conn_lost(ret))
-            ret = 0;
-        else if (ret < 0)
-            ret = fail(c, ret);
-        else if (m.h.status < 0)
-            ret = fail_reply(c, &m);
-        else if (m.h.op != PROTO_OP_CLOSE)
-            ret = fail(c, -EPROTO);
-    }
+    /* A handle of a connection that is gone died with it: nothing to do.
+     * Else a CLOSE that wants no reply: nothing can fail that the caller
+     * could act on (the handle is ours), so there is nothing to wait for. */
+    if (f->gen == c->gen && c->fd >= 0)
+        close_unused(c, f->a.handle);
+    flush_releases(c);
+    report_lc(c, 0);
     pthread_mutex_unlock(&c->lock);
+    free(f->head);
     free(f->path);
     free(f);
-    return ret;
+    return 0;
 }
 
-/* Close a handle nobody will use, without waiting for the reply (a reply
- * with an old id is skipped by the next call). */
+/* Close a handle nobody will use: a CLOSE with NOREPLY. */
 static void close_unused(gr_client *c, uint32_t handle)
 {
     uint8_t req[PROTO_HDR_LEN + 4];
     ssize_t n;
 
-    proto_enc_close(req, sizeof(req), take_id(c), handle);
+    uint32_t id = take_id(c);
+
+    proto_enc_close(req, sizeof(req), id, handle);
+    proto_encode_hdr(req, PROTO_OP_CLOSE, PROTO_F_NOREPLY, id, 0, 4);
     do
         n = send(c->fd, req, sizeof(req), MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
@@ -820,14 +988,16 @@ static int file_ready(gr_file *f, uint64_t *deadline)
     return 0;
 }
 
-/* Send a READX for len bytes at off. */
-static int send_readx(gr_client *c, const gr_file *f, uint32_t id, uint64_t off, uint32_t len)
+/* Send a READX for len bytes at off (flags: 0, or PROTO_F_WHOLE for
+ * whole chunks to keep). */
+static int send_readx(gr_client *c, const gr_file *f, uint32_t id, uint64_t off, uint32_t len,
+                      uint16_t flags)
 {
     uint8_t req[PROTO_HDR_LEN + PROTO_READ_LEN];
     proto_read r = { .handle = f->a.handle, .len = len, .off = off };
     ssize_t n;
 
-    proto_enc_readx(req, sizeof(req), id, &r);
+    proto_enc_readx_flags(req, sizeof(req), id, flags, &r);
     do
         n = send(c->fd, req, sizeof(req), MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
@@ -890,12 +1060,53 @@ typedef struct piece {
     uint64_t len;
 } piece;
 
+/*
+ * Copy what this client holds of [off, end) of f to buf (buf[0] is the
+ * byte at off), from the start: bytes its OPENX brought inline, then
+ * chunks of leases it kept.  Returns the first offset it does not hold
+ * (end when it held all).  Lock held.
+ */
+static uint64_t serve_local(gr_client *c, gr_file *f, uint8_t *buf, uint64_t off, uint64_t end)
+{
+    uint64_t pos = off, cs = f->a.chunk_size, now = 0, from_lc = 0;
+
+    while (pos < end) {
+        uint64_t cstart, n;
+        gr__lent *e;
+        gr__ckey k;
+        if (f->head && pos < f->head_len) {
+            n = (end < f->head_len ? end : f->head_len) - pos;
+            memcpy(buf + (pos - off), f->head + pos, n);
+            pos += n;
+            continue;
+        }
+        if (c->lc.count == 0 || cs == 0)
+            break;
+        if (!now)
+            now = gr__now_ms();
+        k = chunk_of(f, pos / cs);
+        e = gr__lc_find(&c->lc, &k, now);
+        if (!e)
+            break;
+        cstart = pos / cs * cs;
+        n = (end < cstart + e->len ? end : cstart + e->len) - pos;
+        memcpy(buf + (pos - off), e->p + (pos - cstart), n);
+        pos += n;
+        from_lc += n;
+    }
+    c->lc.hit_bytes += from_lc;
+    if (pos == end && from_lc)
+        c->lc.hits++;
+    return pos;
+}
+
 ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off)
 {
     gr_client *c = f->c;
     uint64_t next, end, unit, deadline = 0;
     piece pend[GR_WINDOW];
     int npend, rc = 0, err;
+    uint16_t whole;
     proto_msg m;
 
     if (clip_range(f, off, &len) <= 0)
@@ -911,7 +1122,9 @@ retry:
         goto out;
     unit = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
     unit *= (GR_PIECE_MIN + unit - 1) / unit;       /* whole chunks, >= 1 MiB */
-    next = (uint64_t)off;
+    /* What the client holds needs no message; the rest is asked for. */
+    next = serve_local(c, f, buf, (uint64_t)off, end);
+    whole = lc_on(c) ? PROTO_F_WHOLE : 0;
     npend = 0;
     err = 0;
     for (;;) {
@@ -922,7 +1135,7 @@ retry:
             if (plen > end - next)
                 plen = end - next;
             pend[npend] = (piece){ take_id(c), next, plen };
-            rc = send_readx(c, f, pend[npend].id, next, (uint32_t)plen);
+            rc = send_readx(c, f, pend[npend].id, next, (uint32_t)plen, whole);
             if (rc < 0)
                 goto out;
             npend++;
@@ -940,7 +1153,7 @@ retry:
                 rc = m.h.status;        /* a request of ours was unreadable */
                 goto out;
             }
-            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+            if (proto_msg_readx(&m))
                 drop_readx(c, &m);      /* stale */
             continue;
         }
@@ -958,7 +1171,10 @@ retry:
                 rc = -EPROTO;
                 goto out;
             }
-            got = copy_readx(c, &m, (uint8_t *)buf + (p.off - (uint64_t)off), p.len);
+            if (whole)
+                got = take_whole(c, f, &m, p.off, p.len, (uint8_t *)buf + (p.off - (uint64_t)off));
+            else
+                got = copy_readx(c, &m, (uint8_t *)buf + (p.off - (uint64_t)off), p.len);
             if (got < 0 || (got == 0 && p.len > 0)) {
                 rc = -EPROTO;           /* no progress would loop forever */
                 goto out;
@@ -966,7 +1182,8 @@ retry:
             if ((uint64_t)got < p.len && npend < GR_WINDOW && !err) {
                 /* The daemon covered a prefix; ask for the rest now. */
                 pend[npend] = (piece){ take_id(c), p.off + (uint64_t)got, p.len - (uint64_t)got };
-                rc = send_readx(c, f, pend[npend].id, pend[npend].off, (uint32_t)pend[npend].len);
+                rc = send_readx(c, f, pend[npend].id, pend[npend].off, (uint32_t)pend[npend].len,
+                                whole);
                 if (rc < 0)
                     goto out;
                 npend++;
@@ -976,6 +1193,7 @@ retry:
             flush_releases(c);
     }
     flush_releases(c);
+    report_lc(c, 0);
     pthread_mutex_unlock(&c->lock);
     if (err) {
         errno = err;
@@ -992,11 +1210,28 @@ out:
     return -1;
 }
 
+/* A gr_ref on kept lease e for the bytes at off: *data and the length up
+ * to off's chunk end (at most len).  Lock held. */
+static size_t ref_on_kept(gr_client *c, const gr_file *f, gr__lent *e, gr_ref *r, uint64_t off,
+                          size_t len, const void **data)
+{
+    uint64_t cstart = off / f->a.chunk_size * f->a.chunk_size;
+
+    gr__lc_use(e);
+    r->ent = e;
+    r->gen = e->gen;
+    c->nrefs++;
+    *data = e->p + (off - cstart);
+    return len < cstart + e->len - off ? len : (size_t)(cstart + e->len - off);
+}
+
 ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref **ref)
 {
     gr_client *c = f->c;
     uint64_t cs = f->a.chunk_size ? f->a.chunk_size : GR_PIECE_MIN;
     gr_ref *r;
+    gr__lent *e;
+    gr__ckey k;
     proto_msg m;
     uint32_t id;
     uint64_t deadline = 0;
@@ -1017,15 +1252,22 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
     pthread_mutex_lock(&c->lock);
 retry:
     rc = file_ready(f, &deadline);
+    k = chunk_of(f, (uint64_t)off / cs);
+    if (rc == 0 && f->a.chunk_size && (e = gr__lc_find(&c->lc, &k, gr__now_ms()))) {
+        len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
+        c->lc.hits++;
+        c->lc.hit_bytes += len;
+        goto done;
+    }
     id = take_id(c);
     if (rc == 0)
-        rc = send_readx(c, f, id, (uint64_t)off, (uint32_t)len);
+        rc = send_readx(c, f, id, (uint64_t)off, (uint32_t)len, lc_on(c) ? PROTO_F_WHOLE : 0);
     if (rc == 0) {
         for (;;) {
             rc = recv_msg(c, &m);
             if (rc < 0 || m.h.req_id == id || (m.h.req_id == 0 && m.h.status < 0))
                 break;
-            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+            if (proto_msg_readx(&m))
                 drop_readx(c, &m);
         }
     }
@@ -1043,18 +1285,43 @@ retry:
             drop_readx(c, &m);
         rc = -EPROTO;
     }
+    if (rc == 0 && m.u.readx.nextents == 1 && lc_on(c)) {
+        /* A whole chunk: kept if the cache has room (this ref then reads
+         * from the kept lease), else a plain lease of the whole chunk. */
+        uint64_t cstart = (uint64_t)off / cs * cs;
+        uint64_t want = f->a.size - cstart < cs ? f->a.size - cstart : cs;
+        proto_extent e1;
+        const uint8_t *p;
+        proto_extent_at(&m, 0, &e1);
+        if (e1.len != want) {
+            drop_readx(c, &m);
+            fail(c, -EPROTO);
+            goto fail;
+        }
+        p = c->segs[e1.seg].p + e1.off;
+        e = gr__lc_insert(&c->lc, &k, c->gen, e1.lease, p, e1.len, gr__now_ms());
+        if (e) {
+            len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
+        } else {
+            r->lease = e1.lease;
+            r->gen = c->gen;
+            c->nrefs++;
+            *data = p + ((uint64_t)off - cstart);
+        }
+        goto done;
+    }
     if (rc < 0) {
         fail(c, rc);
         goto fail;
     }
     if (m.u.readx.nextents == 1) {
-        proto_extent e;
-        proto_extent_at(&m, 0, &e);
-        r->lease = e.lease;
+        proto_extent e1;
+        proto_extent_at(&m, 0, &e1);
+        r->lease = e1.lease;
         r->gen = c->gen;
         c->nrefs++;
-        *data = c->segs[e.seg].p + e.off;
-        len = e.len;
+        *data = c->segs[e1.seg].p + e1.off;
+        len = e1.len;
     } else {
         /* Not leasable (the client is at its lease limit, or the daemon had
          * no arena block): a private copy stands in. */
@@ -1067,6 +1334,7 @@ retry:
         memcpy(r->heap, m.u.readx.inline_data, len);
         *data = r->heap;
     }
+done:
     c->errtext[0] = '\0';
     pthread_mutex_unlock(&c->lock);
     *ref = r;
@@ -1082,9 +1350,10 @@ fail:
  * Lock held (or r holds no lease). */
 static void ref_release_locked(gr_client *c, gr_ref *r)
 {
-    if (r->lease) {
+    if (r->lease || r->ent) {
         if (r->gen == c->gen) {
-            queue_release(c, r->lease);
+            if (r->lease)
+                queue_release(c, r->lease);
             c->nrefs--;
         } else {
             /* The lease died with its connection; unmap that connection's
@@ -1102,6 +1371,8 @@ static void ref_release_locked(gr_client *c, gr_ref *r)
             }
         }
     }
+    if (r->ent)
+        gr__lc_unuse(&c->lc, r->ent);
     free(r->heap);
     free(r);
 }
@@ -1113,7 +1384,7 @@ void gr_ref_release(gr_ref *r)
     if (!r)
         return;
     c = r->c;
-    if (!r->lease) {
+    if (!r->lease && !r->ent) {
         ref_release_locked(c, r);       /* a private copy: no lock needed */
         return;
     }
@@ -1433,7 +1704,7 @@ static int send_xpiece(gr_client *c, const gr__span *sp, xpiece *p, uint64_t *de
     if (rc < 0)
         return rc;
     p->id = take_id(c);
-    return send_readx(c, sp[p->span].f, p->id, p->off, (uint32_t)p->len);
+    return send_readx(c, sp[p->span].f, p->id, p->off, (uint32_t)p->len, 0);
 }
 
 int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, void *arg)
@@ -1499,7 +1770,7 @@ int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, 
                 rc = m.h.status;        /* a request of ours was unreadable */
                 goto out;
             }
-            if (m.h.op == PROTO_OP_READX && m.h.status == 0)
+            if (proto_msg_readx(&m))
                 drop_readx(c, &m);      /* stale */
             continue;
         }

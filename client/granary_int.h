@@ -37,6 +37,19 @@
 
 #include "granary.h"
 
+/* A chunk as the client names it: the file identity the daemon gave at
+ * open (dev, ino, size, mtime), the chunk size and the chunk's index.  The
+ * lease cache (lcache.c) and the GPU tier key their chunks by it. */
+typedef struct gr__ckey {
+    uint64_t dev, ino, size;
+    int64_t mtime_sec;
+    uint64_t mtime_nsec;
+    uint64_t unit;              /* the chunk size */
+    uint64_t index;
+} gr__ckey;
+uint64_t gr__ckey_hash(const gr__ckey *k);
+int gr__ckey_eq(const gr__ckey *a, const gr__ckey *b);
+
 /* One range to read: [off, off+len) of f, clipped by the caller to the
  * file's size at open. */
 typedef struct gr__span {

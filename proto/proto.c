@@ -27,6 +27,7 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_ADMIN] = "admin",
     [PROTO_OP_HINT] = "hint",
     [PROTO_OP_REPORT] = "report",
+    [PROTO_OP_OPENX] = "openx",
 };
 
 const char *proto_op_name(unsigned op)
@@ -67,9 +68,9 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
         return -EPROTO;
     if (h->version != PROTO_VERSION)
         return -EPROTONOSUPPORT;
-    if ((h->flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY)) || h->reserved)
+    if ((h->flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY | PROTO_F_WHOLE)) || h->reserved)
         return -EPROTO;
-    if ((h->flags & PROTO_F_REPLY) && (h->flags & PROTO_F_NOREPLY))
+    if ((h->flags & PROTO_F_REPLY) && (h->flags & (PROTO_F_NOREPLY | PROTO_F_WHOLE)))
         return -EPROTO;
     if (h->op == 0 || h->op >= PROTO_OP_MAX_)
         return -EPROTO;
@@ -101,12 +102,44 @@ static void dec_attr(const uint8_t *b, proto_attr *a)
     a->nlink = get32(b + 60);
 }
 
-static void dec_hello(const uint8_t *b, proto_hello *x)
+static int dec_hello(const uint8_t *b, proto_hello *x)
 {
     x->version = get32(b);
     x->max_msg = get32(b + 4);
     x->max_data = get32(b + 8);
     x->chunk_size = get32(b + 12);
+    x->lease_cache = get64(b + 16);
+    x->lease_ttl_ms = get32(b + 24);
+    x->reserved = get32(b + 28);
+    return x->reserved ? -EPROTO : 0;
+}
+
+/* A READX body (of a READX reply, or the tail of an OPENX reply): n bytes. */
+static int dec_readx_body(const uint8_t *b, uint32_t n, proto_readx *rx)
+{
+    uint32_t ne, il;
+
+    if (n < PROTO_READX_PREFIX)
+        return -EPROTO;
+    ne = get16(b);
+    il = get32(b + 4);
+    if (get16(b + 2) != 0)
+        return -EPROTO;
+    if (ne > PROTO_MAX_EXTENTS || il > PROTO_MAX_DATA)
+        return -EMSGSIZE;
+    if (n != PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN + il)
+        return -EPROTO;
+    /* Each extent's reserved word must be 0, like every reserved field:
+     * a reply that re-encodes differently is not one the daemon sent
+     * (found by tests/fuzz/fuzz_proto.c). */
+    for (uint32_t i = 0; i < ne; i++)
+        if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
+            return -EPROTO;
+    rx->nextents = ne;
+    rx->extents = b + PROTO_READX_PREFIX;
+    rx->inline_len = il;
+    rx->inline_data = b + PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN;
+    return 0;
 }
 
 /* The body of a READ or READX request, len at most max. */
@@ -191,12 +224,27 @@ static int dec_request(proto_msg *m, const uint8_t *b)
 {
     uint32_t n = m->h.body_len;
 
+    /* WHOLE means something to READX only. */
+    if ((m->h.flags & PROTO_F_WHOLE) && m->h.op != PROTO_OP_READX)
+        return -EPROTO;
     switch (m->h.op) {
     case PROTO_OP_HELLO:
         if (n != PROTO_HELLO_LEN)
             return -EPROTO;
-        dec_hello(b, &m->u.hello);
-        return 0;
+        return dec_hello(b, &m->u.hello);
+    case PROTO_OP_OPENX:
+        if (n <= PROTO_OPENX_PREFIX)
+            return -EPROTO;
+        if (n - PROTO_OPENX_PREFIX > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        m->u.openx.off = get64(b);
+        m->u.openx.len = get32(b + 8);
+        m->u.openx.flags = get32(b + 12);
+        m->u.openx.path = (const char *)b + PROTO_OPENX_PREFIX;
+        m->u.openx.path_len = n - PROTO_OPENX_PREFIX;
+        if (m->u.openx.flags & ~(PROTO_OPENX_CLOSE | PROTO_OPENX_IFCHEAP))
+            return -EPROTO;
+        return m->u.openx.len > PROTO_MAX_READX ? -EMSGSIZE : 0;
     case PROTO_OP_OPEN:
         if (n == 0)
             return -EPROTO;
@@ -264,13 +312,30 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     case PROTO_OP_HELLO:
         if (n != PROTO_HELLO_LEN)
             return -EPROTO;
-        dec_hello(b, &m->u.hello);
-        return 0;
+        return dec_hello(b, &m->u.hello);
     case PROTO_OP_OPEN:
         if (n != PROTO_ATTR_LEN)
             return -EPROTO;
         dec_attr(b, &m->u.attr);
         return 0;
+    case PROTO_OP_OPENX: {
+        int32_t rs;
+        int rc;
+        if (n < PROTO_OPENX_FIXED)
+            return -EPROTO;
+        dec_attr(b, &m->u.openx_reply.attr);
+        rs = (int32_t)get32(b + PROTO_ATTR_LEN);
+        if (rs > 0 || rs < -4095 || get32(b + PROTO_ATTR_LEN + 4) != 0)
+            return -EPROTO;
+        m->u.openx_reply.read_status = rs;
+        rc = dec_readx_body(b + PROTO_OPENX_FIXED, n - PROTO_OPENX_FIXED, &m->u.openx_reply.rx);
+        if (rc < 0)
+            return rc;
+        /* A read that failed carries no bytes. */
+        if (rs < 0 && (m->u.openx_reply.rx.nextents || m->u.openx_reply.rx.inline_len))
+            return -EPROTO;
+        return 0;
+    }
     case PROTO_OP_CLOSE:
         return n == 0 ? 0 : -EPROTO;
     case PROTO_OP_STATS:
@@ -282,30 +347,8 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         m->u.recs.p = b;
         m->u.recs.len = n;
         return 0;
-    case PROTO_OP_READX: {
-        uint32_t ne, il;
-        if (n < PROTO_READX_PREFIX)
-            return -EPROTO;
-        ne = get16(b);
-        il = get32(b + 4);
-        if (get16(b + 2) != 0)
-            return -EPROTO;
-        if (ne > PROTO_MAX_EXTENTS || il > PROTO_MAX_DATA)
-            return -EMSGSIZE;
-        if (n != PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN + il)
-            return -EPROTO;
-        /* Each extent's reserved word must be 0, like every reserved field:
-         * a reply that re-encodes differently is not one the daemon sent
-         * (found by tests/fuzz/fuzz_proto.c). */
-        for (uint32_t i = 0; i < ne; i++)
-            if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
-                return -EPROTO;
-        m->u.readx.nextents = ne;
-        m->u.readx.extents = b + PROTO_READX_PREFIX;
-        m->u.readx.inline_len = il;
-        m->u.readx.inline_data = b + PROTO_READX_PREFIX + ne * PROTO_EXTENT_LEN;
-        return 0;
-    }
+    case PROTO_OP_READX:
+        return dec_readx_body(b, n, &m->u.readx);
     case PROTO_OP_READ:
         if (n > PROTO_MAX_DATA)
             return -EMSGSIZE;
@@ -359,6 +402,9 @@ ssize_t proto_enc_hello(void *buf, size_t cap, uint16_t flags, uint32_t req_id,
     put32(b + 4, hello->max_msg);
     put32(b + 8, hello->max_data);
     put32(b + 12, hello->chunk_size);
+    put64(b + 16, hello->lease_cache);
+    put32(b + 24, hello->lease_ttl_ms);
+    put32(b + 28, 0);
     return PROTO_HDR_LEN + PROTO_HELLO_LEN;
 }
 
@@ -375,12 +421,8 @@ ssize_t proto_enc_open(void *buf, size_t cap, uint32_t req_id, const char *path,
     return (ssize_t)(PROTO_HDR_LEN + len);
 }
 
-ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr *a)
+static void put_attr(uint8_t *b, const proto_attr *a)
 {
-    uint8_t *b = enc_begin(buf, cap, PROTO_OP_OPEN, PROTO_F_REPLY, req_id, 0, PROTO_ATTR_LEN);
-
-    if (!b)
-        return -EMSGSIZE;
     put32(b, a->handle);
     put32(b + 4, a->chunk_size);
     put64(b + 8, a->size);
@@ -393,7 +435,34 @@ ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr 
     put32(b + 52, a->uid);
     put32(b + 56, a->gid);
     put32(b + 60, a->nlink);
+}
+
+ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr *a)
+{
+    uint8_t *b = enc_begin(buf, cap, PROTO_OP_OPEN, PROTO_F_REPLY, req_id, 0, PROTO_ATTR_LEN);
+
+    if (!b)
+        return -EMSGSIZE;
+    put_attr(b, a);
     return PROTO_HDR_LEN + PROTO_ATTR_LEN;
+}
+
+ssize_t proto_enc_openx(void *buf, size_t cap, uint32_t req_id, uint64_t off, uint32_t len,
+                        uint32_t flags, const char *path, size_t path_len)
+{
+    uint8_t *b;
+
+    if (path_len == 0 || path_len > PROTO_MAX_PATH || len > PROTO_MAX_READX ||
+        (flags & ~(PROTO_OPENX_CLOSE | PROTO_OPENX_IFCHEAP)))
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_OPENX, 0, req_id, 0, PROTO_OPENX_PREFIX + path_len);
+    if (!b)
+        return -EMSGSIZE;
+    put64(b, off);
+    put32(b + 8, len);
+    put32(b + 12, flags);
+    memcpy(b + PROTO_OPENX_PREFIX, path, path_len);
+    return (ssize_t)(PROTO_HDR_LEN + PROTO_OPENX_PREFIX + path_len);
 }
 
 ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle)
@@ -408,14 +477,14 @@ ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle)
 
 /* READ and READX requests share a layout; only the opcode and the limit on
  * len differ. */
-static ssize_t enc_read_op(void *buf, size_t cap, uint8_t op, uint32_t max, uint32_t req_id,
-                           const proto_read *r)
+static ssize_t enc_read_op(void *buf, size_t cap, uint8_t op, uint16_t flags, uint32_t max,
+                           uint32_t req_id, const proto_read *r)
 {
     uint8_t *b;
 
     if (r->len > max)
         return -EMSGSIZE;
-    b = enc_begin(buf, cap, op, 0, req_id, 0, PROTO_READ_LEN);
+    b = enc_begin(buf, cap, op, flags, req_id, 0, PROTO_READ_LEN);
     if (!b)
         return -EMSGSIZE;
     put32(b, r->handle);
@@ -426,7 +495,7 @@ static ssize_t enc_read_op(void *buf, size_t cap, uint8_t op, uint32_t max, uint
 
 ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
 {
-    return enc_read_op(buf, cap, PROTO_OP_READ, PROTO_MAX_DATA, req_id, r);
+    return enc_read_op(buf, cap, PROTO_OP_READ, 0, PROTO_MAX_DATA, req_id, r);
 }
 
 ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id)
@@ -560,21 +629,20 @@ int proto_rec_is(const proto_rec *r, const char *name)
 
 ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r)
 {
-    return enc_read_op(buf, cap, PROTO_OP_READX, PROTO_MAX_READX, req_id, r);
+    return enc_read_op(buf, cap, PROTO_OP_READX, 0, PROTO_MAX_READX, req_id, r);
 }
 
-ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
-                              uint32_t n, uint32_t inline_len)
+ssize_t proto_enc_readx_flags(void *buf, size_t cap, uint32_t req_id, uint16_t flags,
+                              const proto_read *r)
 {
-    size_t fixed = PROTO_READX_PREFIX + (size_t)n * PROTO_EXTENT_LEN;
-    uint8_t *b;
+    if (flags & ~PROTO_F_WHOLE)
+        return -EINVAL;
+    return enc_read_op(buf, cap, PROTO_OP_READX, flags, PROTO_MAX_READX, req_id, r);
+}
 
-    if (n > PROTO_MAX_EXTENTS || inline_len > PROTO_MAX_DATA)
-        return -EMSGSIZE;
-    if (cap < PROTO_HDR_LEN + fixed)
-        return -EMSGSIZE;
-    proto_encode_hdr(buf, PROTO_OP_READX, PROTO_F_REPLY, req_id, 0, (uint32_t)(fixed + inline_len));
-    b = (uint8_t *)buf + PROTO_HDR_LEN;
+/* The READX body's fixed part (prefix and n extents) at b. */
+static void put_readx(uint8_t *b, const proto_extent *ext, uint32_t n, uint32_t inline_len)
+{
     put16(b, (uint16_t)n);
     put16(b + 2, 0);
     put32(b + 4, inline_len);
@@ -586,6 +654,40 @@ ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const prot
         put32(e + 16, ext[i].len);
         put32(e + 20, ext[i].flags & PROTO_EXTENT_FD);
     }
+}
+
+ssize_t proto_enc_readx_reply(void *buf, size_t cap, uint32_t req_id, const proto_extent *ext,
+                              uint32_t n, uint32_t inline_len)
+{
+    size_t fixed = PROTO_READX_PREFIX + (size_t)n * PROTO_EXTENT_LEN;
+
+    if (n > PROTO_MAX_EXTENTS || inline_len > PROTO_MAX_DATA)
+        return -EMSGSIZE;
+    if (cap < PROTO_HDR_LEN + fixed)
+        return -EMSGSIZE;
+    proto_encode_hdr(buf, PROTO_OP_READX, PROTO_F_REPLY, req_id, 0, (uint32_t)(fixed + inline_len));
+    put_readx((uint8_t *)buf + PROTO_HDR_LEN, ext, n, inline_len);
+    return (ssize_t)(PROTO_HDR_LEN + fixed);
+}
+
+ssize_t proto_enc_openx_reply(void *buf, size_t cap, uint32_t req_id, const proto_attr *a,
+                              int32_t read_status, const proto_extent *ext, uint32_t n,
+                              uint32_t inline_len)
+{
+    size_t fixed = PROTO_OPENX_FIXED + PROTO_READX_PREFIX + (size_t)n * PROTO_EXTENT_LEN;
+    uint8_t *b;
+
+    if (n > PROTO_MAX_EXTENTS || inline_len > PROTO_MAX_DATA || read_status > 0 ||
+        read_status < -4095 || (read_status < 0 && (n || inline_len)))
+        return -EMSGSIZE;
+    if (cap < PROTO_HDR_LEN + fixed)
+        return -EMSGSIZE;
+    proto_encode_hdr(buf, PROTO_OP_OPENX, PROTO_F_REPLY, req_id, 0, (uint32_t)(fixed + inline_len));
+    b = (uint8_t *)buf + PROTO_HDR_LEN;
+    put_attr(b, a);
+    put32(b + PROTO_ATTR_LEN, (uint32_t)read_status);
+    put32(b + PROTO_ATTR_LEN + 4, 0);
+    put_readx(b + PROTO_OPENX_FIXED, ext, n, inline_len);
     return (ssize_t)(PROTO_HDR_LEN + fixed);
 }
 
@@ -696,9 +798,21 @@ int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out)
     return 1;
 }
 
+const proto_readx *proto_msg_readx(const proto_msg *m)
+{
+    if (!(m->h.flags & PROTO_F_REPLY) || m->h.status < 0)
+        return NULL;
+    if (m->h.op == PROTO_OP_READX)
+        return &m->u.readx;
+    if (m->h.op == PROTO_OP_OPENX)
+        return &m->u.openx_reply.rx;
+    return NULL;
+}
+
 void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out)
 {
-    const uint8_t *e = m->u.readx.extents + (size_t)i * PROTO_EXTENT_LEN;
+    const proto_readx *rx = proto_msg_readx(m);
+    const uint8_t *e = rx->extents + (size_t)i * PROTO_EXTENT_LEN;
 
     out->seg = get32(e);
     out->lease = get32(e + 4);

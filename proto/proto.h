@@ -56,6 +56,15 @@ typedef enum proto_admin_cmd {
 /* Header flags. */
 #define PROTO_F_REPLY   0x0001u         /* set on every reply */
 #define PROTO_F_NOREPLY 0x0002u         /* request: send no reply at all (CLOSE) */
+#define PROTO_F_WHOLE   0x0004u         /* READX request: extents cover whole chunks */
+
+/* OPENX request flags. */
+#define PROTO_OPENX_CLOSE  0x1u         /* read by path: keep no handle */
+#define PROTO_OPENX_IFCHEAP 0x2u        /* read only what costs no source read of a chunk
+                                         * the client may not want: a file of one chunk,
+                                         * or chunks in DRAM already */
+#define PROTO_OPENX_PREFIX 16           /* u64 off, u32 len, u32 flags; then the path */
+#define PROTO_OPENX_FIXED  (PROTO_ATTR_LEN + 8)  /* reply: attr, i32 read_status, u32 0 */
 
 typedef enum proto_op {
     PROTO_OP_HELLO = 1,   /* version handshake and limits */
@@ -68,6 +77,7 @@ typedef enum proto_op {
     PROTO_OP_ADMIN = 8,   /* operator commands: evict, invalidate, pin, unpin, health, config, warmup */
     PROTO_OP_HINT  = 9,   /* append ranges to the connection's hint list (or clear it) */
     PROTO_OP_REPORT = 10, /* client-side counters (libgranary's GPU path), added to the daemon's */
+    PROTO_OP_OPENX = 11,  /* open and read in one round trip (or read by path) */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -104,8 +114,12 @@ typedef struct proto_hello {
     uint32_t max_msg;     /* largest message the sender accepts */
     uint32_t max_data;    /* largest READ reply payload (reply only) */
     uint32_t chunk_size;  /* daemon's default chunk size (reply only) */
+    uint64_t lease_cache; /* bytes of leases the client may keep to serve later
+                           * reads without asking (reply only; 0: none) */
+    uint32_t lease_ttl_ms; /* how long it may serve reads from one (reply only) */
+    uint32_t reserved;    /* 0 */
 } proto_hello;
-#define PROTO_HELLO_LEN 16
+#define PROTO_HELLO_LEN 32
 
 typedef struct proto_read {
     uint32_t handle;
@@ -129,6 +143,14 @@ typedef struct proto_extent {
 #define PROTO_EXTENT_LEN 24
 #define PROTO_READX_PREFIX 8  /* u16 nextents, u16 reserved, u32 inline_len */
 
+/* The body of a READX reply (also the tail of an OPENX reply). */
+typedef struct proto_readx {
+    uint32_t nextents;
+    const uint8_t *extents;        /* nextents x PROTO_EXTENT_LEN, see proto_extent_at */
+    uint32_t inline_len;
+    const uint8_t *inline_data;    /* the bytes after the extents' bytes */
+} proto_readx;
+
 /* A decoded message.  Pointers point into the decoded buffer and live as
  * long as it does. */
 typedef struct proto_msg {
@@ -142,12 +164,20 @@ typedef struct proto_msg {
         proto_attr attr;                   /* OPEN reply */
         uint32_t handle;                   /* CLOSE request */
         proto_read read;                   /* READ and READX requests */
+        proto_readx readx;                 /* READX reply */
         struct {
-            uint32_t nextents;
-            const uint8_t *extents;        /* nextents x PROTO_EXTENT_LEN, see proto_extent_at */
-            uint32_t inline_len;
-            const uint8_t *inline_data;    /* the bytes after the extents' bytes */
-        } readx;                           /* READX reply */
+            uint64_t off;
+            uint32_t len;                  /* 0..PROTO_MAX_READX */
+            uint32_t flags;                /* PROTO_OPENX_* */
+            const char *path;              /* not NUL-terminated */
+            uint32_t path_len;
+        } openx;                           /* OPENX request */
+        struct {
+            proto_attr attr;               /* handle 0 with PROTO_OPENX_CLOSE */
+            int32_t read_status;           /* 0: rx holds the bytes; -EAGAIN: not read
+                                            * (IFCHEAP); else the read's error */
+            proto_readx rx;
+        } openx_reply;                     /* OPENX reply */
         struct {
             uint32_t count;
             const uint8_t *ids;            /* count x u32, see proto_release_at */
@@ -213,8 +243,20 @@ ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr 
 ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle);
 ssize_t proto_enc_read(void *buf, size_t cap, uint32_t req_id, const proto_read *r);
 ssize_t proto_enc_stats_req(void *buf, size_t cap, uint32_t req_id);
-/* READX request: like READ, but len may be up to PROTO_MAX_READX. */
+/* READX request: like READ, but len may be up to PROTO_MAX_READX.  flags:
+ * 0 or PROTO_F_WHOLE. */
 ssize_t proto_enc_readx(void *buf, size_t cap, uint32_t req_id, const proto_read *r);
+ssize_t proto_enc_readx_flags(void *buf, size_t cap, uint32_t req_id, uint16_t flags,
+                              const proto_read *r);
+/* OPENX request: open path and read len bytes at off in one round trip
+ * (flags PROTO_OPENX_*). */
+ssize_t proto_enc_openx(void *buf, size_t cap, uint32_t req_id, uint64_t off, uint32_t len,
+                        uint32_t flags, const char *path, size_t path_len);
+/* OPENX reply, except its inline bytes (as proto_enc_readx_reply): the
+ * attributes, the read's status, then the READX body. */
+ssize_t proto_enc_openx_reply(void *buf, size_t cap, uint32_t req_id, const proto_attr *a,
+                              int32_t read_status, const proto_extent *ext, uint32_t n,
+                              uint32_t inline_len);
 /*
  * READX reply, except its inline bytes: header, prefix and n extents, with
  * body_len counting inline_len more bytes that the caller sends right after
@@ -294,8 +336,11 @@ int proto_rec_next(const uint8_t *body, size_t len, size_t *off, proto_rec *out)
 /* Whether r is named name (NUL-terminated). */
 int proto_rec_is(const proto_rec *r, const char *name);
 
-/* Extent i of a decoded READX reply, lease i of a decoded RELEASE. */
+/* Extent i of a decoded READX or OPENX reply, lease i of a decoded
+ * RELEASE.  The READX body of a decoded READX or OPENX reply (NULL for
+ * other messages). */
 void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out);
+const proto_readx *proto_msg_readx(const proto_msg *m);
 uint32_t proto_release_at(const proto_msg *m, uint32_t i);
 
 /* Name of an opcode, "?" if unknown. */

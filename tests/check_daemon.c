@@ -264,7 +264,11 @@ START_TEST(test_shm_leases)
     start(NULL);
     tu_write_pattern(src_path("s"), 31, 20 * CHUNK);
     boot();
+    /* Leases as gr_pread and gr_read_ref take and give them back; kept
+     * leases are check_lcache's. */
+    setenv("GRANARY_LEASE_CACHE", "0", 1);
     c = gr_connect(d.sock);
+    unsetenv("GRANARY_LEASE_CACHE");
     f = gr_open(c, src_path("s"));
     ck_assert_ptr_nonnull(f);
     /* Cold, then warm: both come back right, the warm one as extents. */
@@ -436,7 +440,10 @@ START_TEST(test_trace_file)
     fclose(f);
     tu_write_pattern(src_path("t"), 71, 2 * CHUNK + 10);
     boot();
+    /* The trace is of what the daemon is asked: no reads from kept leases. */
+    setenv("GRANARY_LEASE_CACHE", "0", 1);
     c = gr_connect(d.sock);
+    unsetenv("GRANARY_LEASE_CACHE");
     read_whole(c, src_path("t"), 71, 2 * CHUNK + 10, 1 << 20);
     read_whole(c, src_path("t"), 71, 2 * CHUNK + 10, 1 << 20);
     gr_disconnect(c);
@@ -484,7 +491,13 @@ START_TEST(test_shm_lease_limit)
     ck_assert_uint_eq(cstat(c, "leased_bytes"), 1 << 20);
     for (int i = 0; i < 24; i++)
         gr_ref_release(ref[i]);
-    ck_assert_uint_eq(cstat(c, "leases_active"), 0);
+    /* What stays is the client's lease cache: half of its lease limit,
+     * the most recently read chunks; they serve reads without a message. */
+    ck_assert_uint_eq(cstat(c, "leases_active"), 8);
+    ck_assert_int_eq(gr_read_ref(f, 23 * CHUNK, CHUNK, &p[0], &ref[0]), CHUNK);
+    ck_assert(tu_check_pattern(p[0], 51, 23 * CHUNK, CHUNK));
+    gr_ref_release(ref[0]);
+    ck_assert_uint_eq(cstat(c, "leases_active"), 8);
     gr_close(f);
     gr_disconnect(c);
 }

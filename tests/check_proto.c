@@ -215,7 +215,8 @@ START_TEST(test_body_wire_offsets)
         .mtime_sec = 0x0666666666666666ll, .mtime_nsec = 0x77777777u, .mode = 0x88888888u,
         .blksize = 0x99999999u, .uid = 0xaaaaaaaau, .gid = 0xbbbbbbbbu, .nlink = 0xccccccccu,
     };
-    proto_hello he = { 0x01020304u, 0x05060708u, 0x090a0b0cu, 0x0d0e0f10u };
+    proto_hello he = { 0x01020304u, 0x05060708u, 0x090a0b0cu, 0x0d0e0f10u, 0x1112131415161718ull,
+                       0x191a1b1cu, 0 };
     proto_read r = { .handle = 0xdeadbeefu, .len = 0x1234, .off = 0x0102030405060708ull };
     uint8_t b[128];
     const uint8_t *p = b + PROTO_HDR_LEN;
@@ -238,11 +239,15 @@ START_TEST(test_body_wire_offsets)
     ck_assert_uint_eq(b[5], PROTO_OP_OPEN);
     ck_assert_uint_eq(b[6], PROTO_F_REPLY);
 
-    ck_assert_int_eq(proto_enc_hello(b, sizeof(b), 0, 1, &he), PROTO_HDR_LEN + 16);
+    ck_assert_int_eq(proto_enc_hello(b, sizeof(b), 0, 1, &he), PROTO_HDR_LEN + 32);
     ck_assert_uint_eq(le32(p + 0), he.version);
     ck_assert_uint_eq(le32(p + 4), he.max_msg);
     ck_assert_uint_eq(le32(p + 8), he.max_data);
     ck_assert_uint_eq(le32(p + 12), he.chunk_size);
+    ck_assert_uint_eq(le32(p + 16), (uint32_t)he.lease_cache);
+    ck_assert_uint_eq(le32(p + 20), (uint32_t)(he.lease_cache >> 32));
+    ck_assert_uint_eq(le32(p + 24), he.lease_ttl_ms);
+    ck_assert_uint_eq(le32(p + 28), 0);
 
     ck_assert_int_eq(proto_enc_read(b, sizeof(b), 1, &r), PROTO_HDR_LEN + 16);
     ck_assert_uint_eq(le32(p + 0), r.handle);
@@ -308,9 +313,9 @@ static void hello_rt(uint16_t flags, uint32_t id, proto_hello he)
 START_TEST(test_hello)
 {
     proto_hello req = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG };
-    proto_hello rep = { PROTO_VERSION, PROTO_MAX_MSG, PROTO_MAX_DATA, 1u << 20 };
-    proto_hello ext = { UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX };
-    proto_hello zero = { 0, 0, 0, 0 };
+    proto_hello rep = { PROTO_VERSION, PROTO_MAX_MSG, PROTO_MAX_DATA, 1u << 20, 32u << 20, 1000, 0 };
+    proto_hello ext = { UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX, UINT32_MAX, 0 };
+    proto_hello zero = { 0 };
 
     hello_rt(0, 1, req);
     hello_rt(PROTO_F_REPLY, 1, rep);
@@ -791,7 +796,7 @@ START_TEST(test_sequence)
     uint8_t b[512];
     size_t len = 0, used, off = 0;
     proto_read r = { 3, 100, 200 };
-    proto_hello he = { 1, 2, 3, 4 };
+    proto_hello he = { 1, 2, 3, 4, 5, 6, 0 };
     proto_msg m;
     ssize_t n;
 
@@ -1040,7 +1045,7 @@ END_TEST
 
 START_TEST(test_bad_opcode)
 {
-    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, 11, 200, 255 };
+    static const uint8_t ops[] = { 0, PROTO_OP_MAX_, PROTO_OP_MAX_ + 1, 200, 255 };
     uint8_t b[PROTO_HDR_LEN];
     proto_msg m;
     size_t used;
@@ -1181,7 +1186,7 @@ END_TEST
 
 /* ---- encoder limits ------------------------------------------------------ */
 
-static const proto_hello enc_hello_v = { 1, 2, 3, 4 };
+static const proto_hello enc_hello_v = { 1, 2, 3, 4, 5, 6, 0 };
 static const proto_attr enc_attr_v = { .handle = 1, .size = 2 };
 static const proto_read enc_read_v = { 1, PROTO_MAX_DATA, 3 };
 static const proto_read enc_read_big = { 1, PROTO_MAX_DATA + 1, 3 };

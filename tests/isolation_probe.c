@@ -56,7 +56,7 @@ static int raw_connect(const char *sock)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     uint8_t buf[PROTO_HDR_LEN + PROTO_HELLO_LEN];
-    proto_hello h = { PROTO_VERSION, PROTO_MAX_MSG, 0, 0 };
+    proto_hello h = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG };
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     ssize_t n;
 

@@ -122,6 +122,11 @@ static const config_key config_keys[] = {
       "lru", "eviction policy of the DRAM tier", CONFIG_HOOK_DRAM_POLICY },
     { "dram", "max_leased_per_client", KT_SIZE, 0, FIELD(dram_max_leased), 0, UINT64_MAX, NULL,
       "256M", "shared-memory bytes one client may hold leased; past it, bytes are copied", CONFIG_LIVE },
+    { "dram", "client_lease_cache", KT_SIZE, 0, FIELD(dram_client_lease_cache), 0, UINT64_MAX, NULL,
+      "32M", "leased bytes a client may keep to serve its later reads of them without asking "
+      "(at most half of max_leased_per_client); 0 turns the clients' lease caches off", CONFIG_LIVE },
+    { "dram", "client_lease_ttl", KT_SECONDS, 0, FIELD(dram_client_lease_ttl), 0, 0, NULL,
+      "5", "seconds a client may serve reads from one kept lease", CONFIG_LIVE },
     { "nvme", "path", KT_PATH, KF_EMPTY_OK, FIELD(nvme_path), 0, 0, NULL,
       "/var/cache/granary", "directory of the NVMe tier; empty disables the tier", CONFIG_RESTART },
     { "nvme", "capacity", KT_SIZE, 0, FIELD(nvme_capacity), 0, UINT64_MAX, NULL,

@@ -20,6 +20,7 @@
     X(counter, nvme_promotions,      "chunks copied from the NVMe tier up into DRAM") \
     X(counter, bytes_served,         "file bytes sent to clients") \
     X(counter, requests,             "requests received") \
+    X(counter, read_requests,        "READ and READX requests (reads clients serve from kept leases never come)") \
     X(counter, request_errors,       "requests answered with an error") \
     X(counter, opens,                "files opened by clients") \
     X(counter, attr_cache_hits,      "opens answered from the attribute cache") \
@@ -67,6 +68,7 @@
     X(gauge,   access_proofs,        "(uid, file) access proofs remembered for hints") \
     X(gauge,   warmup_jobs_active,   "warmup jobs running or queued") \
     X(gauge,   writeback_queue_bytes, "bytes queued for writing to the NVMe tier") \
+    X(gauge,   handles_open,         "files clients hold open (handles)") \
     X(gauge,   leases_active,        "leases held by clients") \
     X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \
     X(gauge,   dram_used_bytes,      "arena bytes in use: cached, leased or in flight") \
@@ -87,8 +89,8 @@
 
 /*
  * Counters that clients report (REPORT, proto/PROTOCOL.md): libgranary's
- * GPU path runs in the client, so only the client can count its device
- * copies and GPU-tier hits.  Each REPORT adds deltas; the daemon takes
+ * GPU path and its lease cache run in the client, so only the client can
+ * count its device copies, GPU-tier hits and reads served from kept leases.  Each REPORT adds deltas; the daemon takes
  * exactly these names (others are ignored) and does not verify them: they
  * are what clients say, summed over all clients since start.  A client can
  * only inflate them, never affect the cache.
@@ -103,7 +105,11 @@
     X(counter, gpu_tier_hits,        "chunk lookups served from a client's GPU tier (reported)") \
     X(counter, gpu_tier_hit_bytes,   "bytes served from clients' GPU tiers, device to device (reported)") \
     X(counter, gpu_tier_misses,      "chunk lookups a client's GPU tier did not hold (reported)") \
-    X(counter, gpu_tier_evictions,   "chunks evicted from clients' GPU tiers (reported)")
+    X(counter, gpu_tier_evictions,   "chunks evicted from clients' GPU tiers (reported)") \
+    X(counter, lease_cache_hits,     "reads clients served wholly from leases they kept, with no message (reported)") \
+    X(counter, lease_cache_hit_bytes, "bytes clients served from leases they kept (reported)") \
+    X(counter, lease_cache_kept,     "leases clients kept after a read to serve later reads (reported)") \
+    X(counter, lease_cache_expired,  "kept leases clients gave back at client_lease_ttl (reported)")
 
 /*
  * Request latency histograms, one per class of request: the time from

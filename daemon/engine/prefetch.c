@@ -90,8 +90,8 @@ struct hint_list {
     uacct *acct;
     unsigned refs;
     int dead;
-    int pumping;
     int resolving;              /* a batch is in flight */
+    int pumping, repump;        /* in pump(); pump asked for again meanwhile */
     int full;                   /* a range failed the chunk limit: E2BIG until it drains */
     uint64_t gen;               /* bumped by CLEAR */
     /* Entries. */
@@ -570,9 +570,17 @@ static void pump(hint_list *l)
     prefetcher *p = l->p;
     uint64_t limit, global;
 
-    if (l->pumping || l->dead)
+    if (l->dead)
         return;
+    if (l->pumping) {
+        /* Called from inside: a resolution that finished at once (every
+         * range in the attribute cache).  The outer pump goes round again. */
+        l->repump = 1;
+        return;
+    }
     l->pumping = 1;
+again:
+    l->repump = 0;
     global = global_limit(p);
     limit = p->lim.hint_window < global ? p->lim.hint_window : global;
     while (l->window_bytes < limit && p->window_total < global) {
@@ -605,6 +613,8 @@ static void pump(hint_list *l)
     }
     expand(l);
     start_resolve(l);
+    if (l->repump && !l->dead)
+        goto again;
     l->pumping = 0;
 }
 

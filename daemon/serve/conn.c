@@ -248,6 +248,7 @@ int64_t conn_add_handle(conn *c, srcfile *f)
     }
     c->handles[h] = srcfile_ref(f);
     memset(&c->ra[h], 0, sizeof(c->ra[h]));
+    c->srv->d.stats->handles_open++;
     return h + 1;
 }
 
@@ -261,6 +262,7 @@ int conn_drop_handle(conn *c, uint32_t h)
     if (!conn_handle(c, h))
         return -EBADF;
     srcfile_unref(&c->handles[h - 1]);
+    c->srv->d.stats->handles_open--;
     return 0;
 }
 
@@ -414,7 +416,10 @@ void conn_close(conn *c)
     c->outq_tail = NULL;
     c->outq_bytes = 0;
     for (uint32_t h = 0; h < c->nhandles; h++)
-        srcfile_unref(&c->handles[h]);
+        if (c->handles[h]) {
+            srcfile_unref(&c->handles[h]);
+            s->d.stats->handles_open--;
+        }
     hint_list_free(&c->hints);
     for (uint32_t l = 1; l <= c->nleases; l++)
         conn_release_lease(c, l);     /* a client that goes away releases everything */

@@ -32,7 +32,8 @@ static const op_row op_table[] = {
     { PROTO_OP_RELEASE, op_release, 0, 0, 1 },   /* never has a reply */
     { PROTO_OP_ADMIN,   op_admin,   0, 0, 0 },
     { PROTO_OP_HINT,    op_hint,    0, 0, 0 },
-    { PROTO_OP_REPORT,  op_report,  0, 0, 0 },
+    { PROTO_OP_REPORT,  op_report,  0, 0, 1 },   /* libgranary's lease counters: no reply */
+    { PROTO_OP_OPENX,   op_openx,   0, 1, 0 },   /* the access proof */
 };
 
 static const op_row *row_of(uint8_t op)

@@ -1,6 +1,6 @@
 /*
- * op_file.c - OPEN (a path to a handle, behind the access proof) and
- * CLOSE.
+ * op_file.c - OPEN (a path to a handle, behind the access proof), OPENX
+ * (the same and a read, in one round trip) and CLOSE.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +12,14 @@
 
 #include "clock.h"
 #include "serve_int.h"
+
+/* What an OPENX asks besides the open. */
+typedef struct openx_args {
+    uint8_t op;                 /* PROTO_OP_OPEN or PROTO_OP_OPENX */
+    uint64_t off;
+    uint32_t len;
+    uint32_t flags;             /* PROTO_OPENX_* */
+} openx_args;
 
 /* An OPEN whose attributes are being fetched. */
 typedef struct openreq {
@@ -26,31 +34,79 @@ typedef struct openreq {
     int rc;
     char errmsg[256];
     uint64_t t0;                /* gr__now_ns() when received */
+    openx_args x;               /* op OPEN or OPENX, and the OPENX's read */
 } openreq;
 
-static void reply_attr(conn *c, uint32_t req_id, srcfile *f)
+static void fill_attr(proto_attr *a, const srcfile *f)
+{
+    a->chunk_size = f->chunk_size;
+    a->size = (uint64_t)f->st.st_size;
+    a->ino = (uint64_t)f->st.st_ino;
+    a->dev = (uint64_t)f->st.st_dev;
+    a->mtime_sec = f->st.st_mtim.tv_sec;
+    a->mtime_nsec = (uint32_t)f->st.st_mtim.tv_nsec;
+    a->mode = f->st.st_mode;
+    a->blksize = (uint32_t)f->st.st_blksize;
+    a->uid = f->st.st_uid;
+    a->gid = f->st.st_gid;
+    a->nlink = (uint32_t)f->st.st_nlink;
+}
+
+/* Whether OPENX's IFCHEAP read of [off, off+len) of f costs nothing the
+ * client may not want: the file is one chunk (a small file is read whole
+ * after its open), or every chunk of the range is in DRAM already. */
+static int cheap_read(conn *c, const srcfile *f, uint64_t off, uint64_t len)
+{
+    uint64_t size = (uint64_t)f->st.st_size, cs = f->chunk_size;
+    uint8_t key[CHUNK_KEY_LEN];
+
+    if (size <= cs)
+        return 1;
+    if (off >= size || len == 0)
+        return 1;
+    if (len > size - off)
+        len = size - off;
+    for (uint64_t i = off / cs; i <= (off + len - 1) / cs; i++) {
+        chunk_key(key, f->id, i);
+        if (!dram_peek(c->srv->d.dram, key))
+            return 0;
+    }
+    return 1;
+}
+
+/* The handle (or, for OPENX with CLOSE, none) and the answer: the
+ * attributes, or with OPENX the attributes and the read. */
+static void reply_attr(conn *c, uint32_t req_id, srcfile *f, const openx_args *x)
 {
     proto_attr a = { 0 };
-    int64_t h = conn_add_handle(c, f);
+    int64_t h = 0;
     outmsg *m;
 
+    if (!(x->op == PROTO_OP_OPENX && (x->flags & PROTO_OPENX_CLOSE)))
+        h = conn_add_handle(c, f);
     if (h < 0) {
-        reply_error(c, PROTO_OP_OPEN, req_id, (int)h,
+        reply_error(c, x->op, req_id, (int)h,
                     h == -EMFILE ? "too many open files on this connection" : NULL);
         return;
     }
     a.handle = (uint32_t)h;
-    a.chunk_size = f->chunk_size;
-    a.size = (uint64_t)f->st.st_size;
-    a.ino = (uint64_t)f->st.st_ino;
-    a.dev = (uint64_t)f->st.st_dev;
-    a.mtime_sec = f->st.st_mtim.tv_sec;
-    a.mtime_nsec = (uint32_t)f->st.st_mtim.tv_nsec;
-    a.mode = f->st.st_mode;
-    a.blksize = (uint32_t)f->st.st_blksize;
-    a.uid = f->st.st_uid;
-    a.gid = f->st.st_gid;
-    a.nlink = (uint32_t)f->st.st_nlink;
+    fill_attr(&a, f);
+    if (x->op == PROTO_OP_OPENX) {
+        read_args ra = {
+            .op = PROTO_OP_OPENX,
+            .req_id = req_id,
+            .whole = 1,
+            .ra = h > 0 ? &c->ra[h - 1] : NULL,
+            .attr = &a,
+            .t0 = gr__now_ns(),
+        };
+        if ((x->flags & PROTO_OPENX_IFCHEAP) && !cheap_read(c, f, x->off, x->len)) {
+            openx_reply_status(c, req_id, &a, -EAGAIN);     /* the attributes, nothing read */
+            return;
+        }
+        read_start(c, f, x->off, x->len, &ra);
+        return;
+    }
     m = outmsg_new(PROTO_ATTR_LEN);
     if (!m) {
         conn_drop_handle(c, (uint32_t)h);
@@ -95,8 +151,8 @@ static int check_proof(const conn *c, int proof, const srcfile *f, char *err, si
     return 0;
 }
 
-/* Answer an OPEN of f: a handle, or the proof's refusal. */
-static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
+/* Answer an OPEN or OPENX of f: a handle, or the proof's refusal. */
+static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f, const openx_args *x)
 {
     char err[320];
     int rc = check_proof(c, proof, f, err, sizeof(err));
@@ -104,13 +160,13 @@ static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f)
     if (rc < 0) {
         if (rc == -EACCES)
             c->srv->d.stats->access_denied++;
-        reply_error(c, PROTO_OP_OPEN, req_id, rc, err);
+        reply_error(c, x->op, req_id, rc, err);
         return;
     }
     /* The user's hints for this file may fetch into its memory from now on. */
     if (proof >= 0 && c->cred.uid != 0)
         proofs_add(c->srv->d.pr, c->cred.uid, f->id);
-    reply_attr(c, req_id, f);
+    reply_attr(c, req_id, f, x);
 }
 
 static void open_run(wq_job *j)
@@ -135,15 +191,15 @@ static void open_done(wq_job *j)
             close(o->fd);
     } else if (o->rc < 0) {
         c->srv->d.stats->source_errors++;
-        reply_error(c, PROTO_OP_OPEN, o->req_id, o->rc, o->errmsg);
+        reply_error(c, o->x.op, o->req_id, o->rc, o->errmsg);
         free(o->norm);
     } else {
         f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
         o->fd = -1;
         if (f)
-            open_reply(c, o->req_id, o->proof, f);
+            open_reply(c, o->req_id, o->proof, f, &o->x);
         else
-            reply_error(c, PROTO_OP_OPEN, o->req_id, -ENOMEM, NULL);
+            reply_error(c, o->x.op, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);
     }
     if (!c->dead) {
@@ -156,7 +212,9 @@ static void open_done(wq_job *j)
     free(o);
 }
 
-void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
+/* OPEN and OPENX: path (len bytes) for c, with the proof in fds[0] if any. */
+static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, int *fds, int nfds,
+                      const openx_args *x)
 {
     server *s = c->srv;
     int proof = nfds > 0 ? fds[0] : -1;
@@ -172,15 +230,15 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
      * is the same whether the file exists, is cached or lies in a directory
      * this peer may not search, so an OPEN without one tells nothing. */
     if (proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "none") != 0) {
-        reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOKEY,
+        reply_error(c, x->op, req_id, -ENOKEY,
                     "access proof required: pass your own read fd of the file with the OPEN "
                     "(libgranary does)");
         conn_latency(c, GR_LAT_open, t0);
         return;
     }
-    rc = source_resolve(s->d.src, m->u.open.path, m->u.open.len, &norm, &root, err, sizeof(err));
+    rc = source_resolve(s->d.src, path, len, &norm, &root, err, sizeof(err));
     if (rc < 0) {
-        reply_error(c, PROTO_OP_OPEN, m->h.req_id, rc, err);
+        reply_error(c, x->op, req_id, rc, err);
         conn_latency(c, GR_LAT_open, t0);
         return;
     }
@@ -188,7 +246,7 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     if (f) {
         s->d.stats->attr_cache_hits++;
         free(norm);
-        open_reply(c, m->h.req_id, proof, f);
+        open_reply(c, req_id, proof, f, x);
         srcfile_unref(&f);
         conn_latency(c, GR_LAT_open, t0);
         return;
@@ -196,7 +254,7 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     o = calloc(1, sizeof(*o));
     if (!o) {
         free(norm);
-        reply_error(c, PROTO_OP_OPEN, m->h.req_id, -ENOMEM, NULL);
+        reply_error(c, x->op, req_id, -ENOMEM, NULL);
         return;
     }
     if (nfds > 0)
@@ -206,12 +264,32 @@ void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
     o->job.run = open_run;
     o->job.done = open_done;
     o->c = conn_ref(c);
-    o->req_id = m->h.req_id;
+    o->req_id = req_id;
     o->norm = norm;
     o->root = root;
     o->t0 = t0;
+    o->x = *x;
     c->inflight++;
     workers_submit(s->d.w, &o->job, WQ_DEMAND);
+}
+
+void op_open(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    openx_args x = { .op = PROTO_OP_OPEN };
+
+    open_path(c, m->h.req_id, m->u.open.path, m->u.open.len, fds, nfds, &x);
+}
+
+void op_openx(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    openx_args x = {
+        .op = PROTO_OP_OPENX,
+        .off = m->u.openx.off,
+        .len = m->u.openx.len,
+        .flags = m->u.openx.flags,
+    };
+
+    open_path(c, m->h.req_id, m->u.openx.path, m->u.openx.path_len, fds, nfds, &x);
 }
 
 /* With PROTO_F_NOREPLY nothing is sent, success or failure (a close of an

@@ -10,12 +10,25 @@
 
 void op_hello(conn *c, const proto_msg *m, int *fds, int nfds)
 {
+    const gr_config *cfg = c->srv->d.cfg;
+    uint64_t keep = cfg->dram_client_lease_cache;
+    double ttl_ms = cfg->dram_client_lease_ttl * 1000.0;
     proto_hello h = {
         .version = PROTO_VERSION,
         .max_msg = PROTO_MAX_MSG,
         .max_data = PROTO_MAX_DATA,
-        .chunk_size = (uint32_t)c->srv->d.cfg->chunk_size,
+        .chunk_size = (uint32_t)cfg->chunk_size,
     };
+
+    /* A client keeps at most half of what it may lease, so that its reads
+     * still get leases while its cache is full, and a sixteenth of the DRAM
+     * tier, so that kept leases never pin the tier a policy must manage. */
+    if (keep > cfg->dram_max_leased / 2)
+        keep = cfg->dram_max_leased / 2;
+    if (keep > cfg->dram_capacity / 16)
+        keep = cfg->dram_capacity / 16;
+    h.lease_cache = keep;
+    h.lease_ttl_ms = ttl_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl_ms;
     outmsg *o;
 
     (void)fds;
@@ -103,5 +116,6 @@ void op_report(conn *c, const proto_msg *m, int *fds, int nfds)
                  gds ? "found in the client, not used: chunks reach the GPU through the arena"
                      : "not available there (no libcufile): chunks reach the GPU through the arena");
     }
-    reply_ok(c, PROTO_OP_REPORT, m->h.req_id);
+    if (!(m->h.flags & PROTO_F_NOREPLY))
+        reply_ok(c, PROTO_OP_REPORT, m->h.req_id);
 }

@@ -23,10 +23,12 @@ typedef struct readslot {
     unsigned i;
 } readslot;
 
-/* A READ or READX in flight. */
+/* A READ, READX or OPENX in flight. */
 struct readreq {
     conn *c;
-    uint8_t op;                 /* PROTO_OP_READ or PROTO_OP_READX */
+    uint8_t op;                 /* PROTO_OP_READ, PROTO_OP_READX or PROTO_OP_OPENX */
+    int whole;                  /* extents cover whole chunks (READX WHOLE, OPENX) */
+    proto_attr attr;            /* OPENX: the reply's attributes */
     uint32_t req_id;
     srcfile *f;
     uint64_t off;
@@ -84,11 +86,12 @@ static void read_reply(conn *c, readreq *r)
 static void readx_reply(conn *c, readreq *r)
 {
     arena *ar = dram_arena(c->srv->d.dram);
-    uint64_t pos = r->off, end = r->off + r->len, cs = r->f->chunk_size;
+    uint64_t pos = r->off, end = r->off + r->len, cs = r->f->chunk_size, start = r->off;
     proto_extent ext[PROTO_MAX_EXTENTS];
-    size_t fixed = PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN;
+    size_t fixed = PROTO_OPENX_FIXED + PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN;
     outmsg *m = outmsg_new(fixed);
     uint32_t n = 0, inl = 0;
+    uint64_t leased = 0;
     ssize_t hlen;
     unsigned i;
 
@@ -104,6 +107,12 @@ static void readx_reply(conn *c, readreq *r)
         int64_t lease;
         int first;
 
+        /* Whole chunks: the client keeps the lease to serve its later
+         * reads of the chunk without asking. */
+        if (r->whole) {
+            from = 0;
+            to = ch->len;
+        }
         /* Shared memory only from the client's own uid's segments: a
          * chunk another uid's read brought in goes inline (copied). */
         if (!ch->ar || arena_segment_owner(ar, ch->blk.seg) != (int64_t)c->cred.uid ||
@@ -123,9 +132,13 @@ static void readx_reply(conn *c, readreq *r)
         ext[n].lease = (uint32_t)lease;
         ext[n].off = ch->blk.off + from;
         ext[n].len = (uint32_t)(to - from);
+        if (n == 0)
+            start = cstart + from;
         n++;
+        leased += to - from;
         pos = cstart + to;
     }
+
     /* The rest goes inline, as much as one message carries. */
     for (; i < r->n && inl < PROTO_MAX_DATA; i++) {
         chunk *ch = r->chunks[i];
@@ -141,12 +154,29 @@ static void readx_reply(conn *c, readreq *r)
         inl += (uint32_t)(to - from);
         pos += to - from;
     }
-    hlen = proto_enc_readx_reply(m->buf, PROTO_HDR_LEN + fixed, r->req_id, ext, n, inl);
+    if (r->op == PROTO_OP_OPENX)
+        hlen = proto_enc_openx_reply(m->buf, PROTO_HDR_LEN + fixed, r->req_id, &r->attr, 0, ext,
+                                     n, inl);
+    else
+        hlen = proto_enc_readx_reply(m->buf, PROTO_HDR_LEN + fixed, r->req_id, ext, n, inl);
     m->iov[0].iov_len = (size_t)hlen;
     m->len = (size_t)hlen + inl;
-    c->srv->d.stats->bytes_served += pos - r->off;
-    c->srv->d.stats->extents_served += pos - r->off - inl;
+    c->srv->d.stats->bytes_served += pos - start;
+    c->srv->d.stats->extents_served += leased;
     conn_send(c, m);
+}
+
+void openx_reply_status(conn *c, uint32_t req_id, const proto_attr *a, int err)
+{
+    outmsg *o = outmsg_new(PROTO_OPENX_FIXED + PROTO_READX_PREFIX);
+
+    if (!o) {
+        conn_fail(c, "out of memory for an OPENX reply");
+        return;
+    }
+    o->len = (size_t)proto_enc_openx_reply(o->buf, o->len, req_id, a, err, NULL, 0, 0);
+    o->iov[0].iov_len = o->len;
+    conn_send(c, o);
 }
 
 /* All chunks of r are in (or one failed): answer and free r. */
@@ -162,9 +192,11 @@ static void read_finish(readreq *r)
     }
     if (c->dead)
         ;
+    else if (r->err < 0 && r->op == PROTO_OP_OPENX)
+        openx_reply_status(c, r->req_id, &r->attr, r->err < -4095 ? -EIO : r->err);
     else if (r->err < 0)
         reply_error(c, r->op, r->req_id, r->err, r->errmsg);
-    else if (r->op == PROTO_OP_READX)
+    else if (r->op == PROTO_OP_READX || r->op == PROTO_OP_OPENX)
         readx_reply(c, r);
     else
         read_reply(c, r);
@@ -199,11 +231,16 @@ static void read_chunk_cb(void *arg, chunk *ch, int err, const char *errmsg)
 }
 
 /* An empty success reply of op (READ or READX): end of file. */
-static void reply_eof(conn *c, uint8_t op, uint32_t req_id)
+static void reply_eof(conn *c, uint8_t op, uint32_t req_id, const proto_attr *a)
 {
-    outmsg *o = outmsg_new(PROTO_READX_PREFIX);
+    outmsg *o;
     ssize_t hl;
 
+    if (op == PROTO_OP_OPENX) {
+        openx_reply_status(c, req_id, a, 0);
+        return;
+    }
+    o = outmsg_new(PROTO_READX_PREFIX);
     if (!o) {
         conn_fail(c, "out of memory for a read reply");
         return;
@@ -215,26 +252,16 @@ static void reply_eof(conn *c, uint8_t op, uint32_t req_id)
     conn_send(c, o);
 }
 
-void op_read(conn *c, const proto_msg *m, int *fds, int nfds)
+void read_start(conn *c, srcfile *f, uint64_t off, uint64_t len, const read_args *a)
 {
-    uint8_t op = m->h.op;
-    srcfile *f = conn_handle(c, m->u.read.handle);
-    uint64_t size, off = m->u.read.off, len = m->u.read.len, cs;
+    uint8_t op = a->op;
+    uint64_t size = (uint64_t)f->st.st_size, cs = f->chunk_size;
     readreq *r;
     unsigned n;
-    uint64_t t0 = gr__now_ns();
+    uint64_t t0 = a->t0;
 
-    (void)fds;
-    (void)nfds;
-    if (!f) {
-        reply_error(c, op, m->h.req_id, -EBADF, "no such handle");
-        conn_latency(c, GR_LAT_read, t0);
-        return;
-    }
-    size = (uint64_t)f->st.st_size;
-    cs = f->chunk_size;
     if (off >= size || len == 0) {
-        reply_eof(c, op, m->h.req_id);
+        reply_eof(c, op, a->req_id, a->attr);
         conn_latency(c, GR_LAT_read, t0);
         return;
     }
@@ -252,7 +279,7 @@ void op_read(conn *c, const proto_msg *m, int *fds, int nfds)
      * chunks out to the heap only to fetch them again when the client asks
      * for the rest.  (READX only: a READ is small and must cover what it
      * asks.) */
-    if (op == PROTO_OP_READX) {
+    if (op != PROTO_OP_READ) {
         dram_stats ds;
         uint64_t cap;
         dram_get_stats(c->srv->d.dram, &ds);
@@ -264,15 +291,18 @@ void op_read(conn *c, const proto_msg *m, int *fds, int nfds)
     }
     r = calloc(1, sizeof(*r));
     if (!r) {
-        reply_error(c, op, m->h.req_id, -ENOMEM, NULL);
+        reply_error(c, op, a->req_id, -ENOMEM, NULL);
         return;
     }
     r->op = op;
+    r->whole = a->whole;
+    if (a->attr)
+        r->attr = *a->attr;
     r->t0 = t0;
     r->budget = (uint64_t)n * cs;
     c->inflight_bytes += r->budget;
     r->c = conn_ref(c);
-    r->req_id = m->h.req_id;
+    r->req_id = a->req_id;
     r->f = srcfile_ref(f);
     r->off = off;
     r->len = (uint32_t)len;
@@ -289,10 +319,42 @@ void op_read(conn *c, const proto_msg *m, int *fds, int nfds)
                     &r->slots[i]);
     }
     r->stalled = r->waiting > 1;        /* some chunk was not in DRAM */
-    prefetch_readahead(c->srv->d.pf, &c->ra[m->u.read.handle - 1], f, off, len,
-                       (int64_t)c->cred.uid);
+    /* Whole-chunk readers come back only at the next chunk: read-ahead
+     * sees the chunks they now hold, not the bytes they asked for. */
+    if (a->ra) {
+        uint64_t ra_off = off, ra_len = len;
+        if (a->whole) {
+            ra_off = off / cs * cs;
+            ra_len = (off / cs + n) * cs - ra_off;
+            if (ra_len > size - ra_off)
+                ra_len = size - ra_off;
+        }
+        prefetch_readahead(c->srv->d.pf, a->ra, f, ra_off, ra_len, (int64_t)c->cred.uid);
+    }
     if (--r->waiting == 0)
         read_finish(r);
+}
+
+void op_read(conn *c, const proto_msg *m, int *fds, int nfds)
+{
+    srcfile *f = conn_handle(c, m->u.read.handle);
+    read_args a = {
+        .op = m->h.op,
+        .req_id = m->h.req_id,
+        .whole = (m->h.flags & PROTO_F_WHOLE) != 0,
+        .t0 = gr__now_ns(),
+    };
+
+    (void)fds;
+    (void)nfds;
+    c->srv->d.stats->read_requests++;
+    if (!f) {
+        reply_error(c, a.op, a.req_id, -EBADF, "no such handle");
+        conn_latency(c, GR_LAT_read, a.t0);
+        return;
+    }
+    a.ra = &c->ra[m->u.read.handle - 1];
+    read_start(c, f, m->u.read.off, m->u.read.len, &a);
 }
 
 void op_release(conn *c, const proto_msg *m, int *fds, int nfds)

@@ -160,6 +160,25 @@ int conn_release_lease(conn *c, uint32_t id);
  * reply (marked sent), 0 if c has it already, -1 on out-of-memory. */
 int conn_seg_first(conn *c, uint32_t seg);
 
+/* ---- op_read.c: reads, for READ, READX and OPENX ---- */
+
+typedef struct read_args {
+    uint8_t op;                 /* PROTO_OP_READ, _READX or _OPENX (the reply's kind) */
+    uint32_t req_id;
+    int whole;                  /* extents of whole chunks (READX WHOLE, OPENX) */
+    ra_state *ra;               /* the handle's read-ahead state, or NULL */
+    const proto_attr *attr;     /* OPENX: the attributes its reply carries */
+    uint64_t t0;                /* gr__now_ns() when the request came */
+} read_args;
+
+/* Read [off, off+len) of f for c and answer as a->op.  f is borrowed (the
+ * read takes its own reference). */
+void read_start(conn *c, srcfile *f, uint64_t off, uint64_t len, const read_args *a);
+/* An OPENX reply whose read did not happen (err: -EAGAIN when IFCHEAP
+ * declined it, or the read's error; 0 at the end of the file): the
+ * attributes and the status, no bytes. */
+void openx_reply_status(conn *c, uint32_t req_id, const proto_attr *a, int err);
+
 /* ---- dispatch.c ---- */
 
 /*
@@ -182,6 +201,7 @@ void op_report(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_open(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_file.c */
 void op_close(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_read(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_read.c */
+void op_openx(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_file.c */
 void op_release(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_hint(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_hint.c */
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_admin.c */

@@ -1,0 +1,90 @@
+/*
+ * lcache.h - libgranary's lease cache: chunks a client keeps leased after
+ * a read, so that its later reads of them are served from its own mapping
+ * of the arena with no message at all (internal; never exported).
+ *
+ * A kept lease names a chunk of one file identity (the attributes the
+ * daemon gave at open, the chunk size, the index: gr__ckey), so it serves
+ * only reads of a gr_file with that identity: an open that finds the file
+ * changed gets another identity and never meets the old bytes.  The daemon
+ * says at HELLO how many bytes a client may keep and for how long
+ * (lease_cache, lease_ttl_ms); past the bytes the least recently used lease
+ * goes back, past the time a lease goes back at its next lookup.
+ *
+ * An entry a gr_ref still points into (users > 0) leaves the cache when it
+ * is evicted or expires but lives until the last user lets go: only then is
+ * its lease given back.  The daemon keeps a leased chunk's memory in place
+ * whatever happens to the chunk in its tiers (eviction, invalidation), so
+ * the bytes stay those of the identity until the release.
+ *
+ * Threads: the owner's lock (the client's) serialises every call.
+ */
+#ifndef GR_LCACHE_H
+#define GR_LCACHE_H
+
+#include <stdint.h>
+
+#include "granary_int.h"
+#include "htab.h"
+#include "list.h"
+
+typedef struct gr__lent {
+    gr__hnode hn;               /* the cache's table, while cached */
+    gr__list lru;               /* least recently used first, while cached */
+    gr__ckey key;
+    uint32_t gen;               /* the connection whose lease it is */
+    uint32_t lease;
+    const uint8_t *p;           /* the chunk's bytes in the segment mapping */
+    uint64_t len;               /* the chunk's length */
+    uint64_t expires_ms;        /* gr__now_ms() past which it is not used */
+    uint32_t users;             /* gr_refs pointing into it */
+    int cached;                 /* in the table (else only its users hold it) */
+} gr__lent;
+
+/* Give e's lease back (the cache frees e right after).  Called with the
+ * owner's lock held. */
+typedef void (*gr__lc_release)(void *arg, const gr__lent *e);
+
+typedef struct gr__lcache {
+    gr__htab table;
+    gr__list lru;
+    uint64_t bytes;             /* of the cached entries */
+    uint64_t max;               /* 0: keep nothing */
+    uint32_t ttl_ms;
+    uint32_t count;
+    gr__lc_release release;
+    void *arg;
+    /* Counters, for REPORT. */
+    uint64_t hits, hit_bytes, kept, expired;
+} gr__lcache;
+
+/* An empty cache that keeps nothing until configured.  0 or -ENOMEM. */
+int gr__lc_init(gr__lcache *lc, gr__lc_release release, void *arg);
+/* Drop every entry (released), free the table.  Entries with users stay
+ * until gr__lc_unuse. */
+void gr__lc_fini(gr__lcache *lc);
+
+/* Keep at most max bytes, each lease at most ttl_ms; trims at once. */
+void gr__lc_configure(gr__lcache *lc, uint64_t max, uint32_t ttl_ms);
+
+/* The live entry for k at time now_ms (gr__now_ms), made the most recently
+ * used; NULL if none (an expired one is dropped first). */
+gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms);
+
+/* Keep the lease (gen, lease) of chunk k whose len bytes are at p:
+ * the new entry, or NULL when the cache does not keep it (disabled, the
+ * chunk alone is over the limit, k is kept already, out of memory): the
+ * caller then gives the lease back itself. */
+gr__lent *gr__lc_insert(gr__lcache *lc, const gr__ckey *k, uint32_t gen, uint32_t lease,
+                        const uint8_t *p, uint64_t len, uint64_t now_ms);
+
+/* A gr_ref's hold on e: take it, and let go (the entry goes, lease
+ * released, when it left the cache and this was its last user). */
+void gr__lc_use(gr__lent *e);
+void gr__lc_unuse(gr__lcache *lc, gr__lent *e);
+
+/* Drop every cached entry: released through the callback (the connection
+ * they belong to is gone: a callback that sees an old gen only forgets). */
+void gr__lc_clear(gr__lcache *lc);
+
+#endif
