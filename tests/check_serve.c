@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -311,6 +313,192 @@ START_TEST(test_admin_fields_and_noreply)
 }
 END_TEST
 
+/* Received fds kept: like raw_call, the fds into got (at most 4). */
+static ssize_t raw_call_fds(int fd, const void *buf, size_t len, uint8_t *rbuf, size_t rcap,
+                            proto_msg *m, int *got, int *ngot)
+{
+    struct iovec iov = { (void *)buf, len };
+    size_t used;
+    ssize_t n = gr__send_fds(fd, &iov, 1, NULL, 0, 0);
+
+    if (n < 0)
+        return n;
+    n = gr__recv_fds(fd, rbuf, rcap, got, 4, ngot, 0, NULL);
+    if (n <= 0)
+        return n < 0 ? n : -ECONNRESET;
+    ck_assert_int_eq(proto_decode(rbuf, (size_t)n, m, &used), 0);
+    return n;
+}
+
+static void le32w(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t le32r(const uint8_t *p)
+{
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* An OPENX request built byte by byte from PROTOCOL.md (not proto.c):
+ * header, u64 off, u32 len, u32 flags, path.  hflags: header flags. */
+static size_t openx_bytes(uint8_t *b, uint32_t id, uint16_t hflags, uint64_t off, uint32_t len,
+                          uint32_t flags, const char *path)
+{
+    size_t pl = strlen(path);
+
+    memset(b, 0, PROTO_HDR_LEN + 16);
+    le32w(b, 0x594e5247u);
+    b[4] = 2;
+    b[5] = 11;
+    b[6] = (uint8_t)hflags;
+    b[7] = (uint8_t)(hflags >> 8);
+    le32w(b + 8, id);
+    le32w(b + 12, (uint32_t)(16 + pl));
+    le32w(b + 24, (uint32_t)off);
+    le32w(b + 28, (uint32_t)(off >> 32));
+    le32w(b + 32, len);
+    le32w(b + 36, flags);
+    memcpy(b + 40, path, pl);
+    return 40 + pl;
+}
+
+/* OPENX and READX's WHOLE as a client written from PROTOCOL.md sees them,
+ * hostile inputs included: the reply's layout byte by byte, whole chunks
+ * from the boundary below off, bytes right through the segment fd, CLOSE
+ * keeping no handle, IFCHEAP declining a cold multi-chunk file, and every
+ * malformed request refused with the connection kept. */
+START_TEST(test_openx_from_the_spec)
+{
+    enum { CH = 64 * 1024 };
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 64 + 4096];
+    char small[600], big[600];
+    int got[4], ngot = 0, fd;
+    proto_msg m;
+    proto_extent e;
+    size_t len;
+    ssize_t n;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(small, sizeof(small), "%s/small", d.src);
+    snprintf(big, sizeof(big), "%s/big", d.src);
+    tu_write_pattern(small, 61, 40000);
+    tu_write_pattern(big, 62, 3 * CH + 5);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+
+    /* A small file, read by path: attributes, read_status 0, one whole
+     * chunk (40000 bytes) with the segment's fd; no handle kept. */
+    len = openx_bytes(req, 1, 0, 100, 1000, 0x1, small);
+    n = raw_call_fds(fd, req, len, rbuf, sizeof(rbuf), &m, got, &ngot);
+    ck_assert_int_gt(n, 0);
+    ck_assert_uint_eq(rbuf[5], 11);
+    ck_assert_int_eq((int32_t)le32r(rbuf + 16), 0);                 /* status */
+    ck_assert_uint_eq(le32r(rbuf + 24), 0);                         /* handle: none */
+    ck_assert_uint_eq(le32r(rbuf + 24 + 8), 40000);                 /* size */
+    ck_assert_int_eq((int32_t)le32r(rbuf + 24 + 64), 0);            /* read_status */
+    ck_assert_uint_eq(le32r(rbuf + 24 + 68), 0);
+    ck_assert_uint_eq(rbuf[24 + 72] | rbuf[24 + 73] << 8, 1);       /* one extent */
+    ck_assert_int_eq(ngot, 1);
+    proto_extent_at(&m, 0, &e);
+    ck_assert_uint_eq(e.len, 40000);                                /* the whole chunk */
+    ck_assert_uint_eq(e.flags, PROTO_EXTENT_FD);
+    {
+        struct stat st;
+        const uint8_t *map;
+        ck_assert_int_eq(fstat(got[0], &st), 0);
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, got[0], 0);
+        ck_assert(map != MAP_FAILED);
+        ck_assert(tu_check_pattern(map + e.off, 61, 0, 40000));
+        /* Writable mappings are refused (sealed). */
+        ck_assert(mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, got[0], 0) ==
+                  MAP_FAILED);
+        munmap((void *)map, (size_t)st.st_size);
+    }
+    gr__close_fds(got, ngot);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 1);
+
+    /* A cold file of several chunks with IFCHEAP: opened (a handle), not
+     * read: -EAGAIN and no bytes.  The second chunk read by READX WHOLE
+     * from its middle comes whole, from its boundary. */
+    len = openx_bytes(req, 2, 0, 0, CH, 0x2, big);
+    ck_assert_int_gt(raw_call_fds(fd, req, len, rbuf, sizeof(rbuf), &m, got, &ngot), 0);
+    gr__close_fds(got, ngot);
+    ck_assert_int_eq(m.h.status, 0);
+    ck_assert_int_eq(m.u.openx_reply.read_status, -EAGAIN);
+    ck_assert_uint_eq(m.u.openx_reply.rx.nextents + m.u.openx_reply.rx.inline_len, 0);
+    ck_assert_uint_ne(m.u.openx_reply.attr.handle, 0);
+    {
+        proto_read rd = { .handle = m.u.openx_reply.attr.handle, .len = 100, .off = CH + 500 };
+        len = (size_t)proto_enc_readx_flags(req, sizeof(req), 3, PROTO_F_WHOLE, &rd);
+        ck_assert_int_gt(raw_call_fds(fd, req, len, rbuf, sizeof(rbuf), &m, got, &ngot), 0);
+        gr__close_fds(got, ngot);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(m.u.readx.nextents, 1);
+        proto_extent_at(&m, 0, &e);
+        ck_assert_uint_eq(e.len, CH);
+        /* READ with WHOLE: malformed (WHOLE is READX's). */
+        len = (size_t)proto_enc_read(req, sizeof(req), 4, &rd);
+        req[6] |= PROTO_F_WHOLE;
+        ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_uint_eq(m.h.req_id, 4);
+        ck_assert_int_eq(m.h.status, -EPROTO);
+    }
+    /* Hostile OPENX: unknown flags, len over PROTO_MAX_READX, no path, a
+     * path outside the roots, WHOLE in its header, two fds: each refused,
+     * the connection kept. */
+    len = openx_bytes(req, 5, 0, 0, 10, 0x4, small);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    len = openx_bytes(req, 6, 0, 0, PROTO_MAX_READX + 1, 0, small);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EMSGSIZE);
+    len = openx_bytes(req, 7, 0, 0, 10, 0, "");
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    len = openx_bytes(req, 8, 0, 0, 10, 0, "/etc/passwd");
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_uint_eq(m.h.op, 11);
+    ck_assert_int_eq(m.h.status, -EACCES);
+    len = openx_bytes(req, 9, PROTO_F_WHOLE, 0, 10, 0, small);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    {
+        int two[2] = { open(small, O_RDONLY), open(small, O_RDONLY) };
+        len = openx_bytes(req, 10, 0, 0, 10, 0, small);
+        ck_assert_int_gt(raw_call(fd, req, len, two, 2, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, -EPROTO);
+        close(two[0]);
+        close(two[1]);
+    }
+    /* REPORT with NOREPLY: no answer; the next request's is next. */
+    {
+        uint8_t recs[64];
+        size_t off = 0;
+        struct iovec iov = { req, 0 };
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "lease_cache_hits", 5), 0);
+        len = (size_t)proto_enc_report(req, sizeof(req), 11, recs, off);
+        req[6] |= PROTO_F_NOREPLY;
+        iov.iov_len = len;
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), (ssize_t)len);
+        len = openx_bytes(req, 12, 0, 0, 0, 0x1, small);
+        ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_uint_eq(m.h.req_id, 12);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(tu_stat(&d, "lease_cache_hits"), 5);
+    }
+    close(fd);
+    for (int i = 0; i < 200 && tu_stat(&d, "leases_active"); i++)
+        tu_sleep_ms(10);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);     /* gone with the connection */
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* REPORT adds the client-kept counters (GR_CLIENT_STATS) to the daemon's,
  * saturating, ignores other names, answers with an empty success, refuses
  * text records; the first report of a GPU path is logged once. */
@@ -377,6 +565,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_empty_packets_with_fds);
     tcase_add_test(tc, test_refusal_reason);
     tcase_add_test(tc, test_admin_fields_and_noreply);
+    tcase_add_test(tc, test_openx_from_the_spec);
     tcase_add_test(tc, test_report);
     suite_add_tcase(s, tc);
     return s;
