@@ -32,7 +32,10 @@
  * again).  A read interrupted by the break is read again in full, so the
  * caller sees the file's bytes or an error, never a mix.  gr_ref bytes of
  * the old connection stay mapped and valid until gr_ref_release, which then
- * only frees them locally (the old daemon's leases died with it).  No call
+ * only frees them locally (the old daemon's leases died with it).  Reads
+ * served from kept leases (below) need no daemon: they go on across a
+ * restart, with the bytes of the file's identity at open, until they need
+ * the daemon.  No call
  * waits longer than the reconnect window plus the per-request timeout
  * ($GRANARY_TIMEOUT_MS; a daemon that accepts but never answers gives
  * ETIMEDOUT, which is not retried).
@@ -75,6 +78,19 @@ void gr_disconnect(gr_client *c);
  * identity and size are fixed at this moment: reads return these bytes or
  * fail with ESTALE, never a mix.  Returns a file the caller frees with
  * gr_close, or NULL with errno set.
+ *
+ * One round trip (OPENX): when it costs the file system nothing the caller
+ * may not want (the file is one chunk long, or its first chunk is in the
+ * daemon's memory) the first chunk comes with the open, so that opening,
+ * reading and closing a small file is one round trip in all.
+ *
+ * Kept leases: the chunks this client reads are handed over in shared
+ * memory under leases; the client keeps the most recently used of them (as
+ * many bytes as the daemon allows, [dram] client_lease_cache, and at most
+ * $GRANARY_LEASE_CACHE, a size; 0 keeps none) for [dram] client_lease_ttl
+ * seconds, and serves later reads of those chunks of the same file identity
+ * from them without any message.  Kept bytes are always those of the
+ * identity the gr_file was opened with.
  */
 gr_file *gr_open(gr_client *c, const char *path);
 
@@ -90,8 +106,9 @@ ssize_t gr_pread(gr_file *f, void *buf, size_t len, off_t off);
  * blksize, uid, gid, nlink).  0, or -1 with errno. */
 int gr_fstat(gr_file *f, struct stat *st);
 
-/* Release the file's handle in the daemon and free f.  0, or -1 with errno
- * (f is freed in every case).  NULL-safe. */
+/* Release the file's handle in the daemon (a message that needs no reply)
+ * and free f.  0 (nothing can fail that the caller could act on; the
+ * int is kept for POSIX's shape).  NULL-safe. */
 int gr_close(gr_file *f);
 
 /*
