@@ -307,6 +307,11 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
                 rc = -errno;
                 break;
             }
+            /* A segment the daemon advised for transparent huge pages is
+             * mapped with 2 MiB entries here too only if this mapping asks
+             * (shmem_enabled = advise); hugetlb segments are huge anyway,
+             * and a plain one ignores it. */
+            madvise(p, (size_t)st.st_size, MADV_HUGEPAGE);
             if (c->segs[e.seg].p) {     /* a renewed segment: keep the old mapping */
                 gr_stale *o = malloc(sizeof(*o));
                 if (!o) {
@@ -1019,11 +1024,6 @@ static int64_t copy_readx(gr_client *c, const proto_msg *m, uint8_t *dst, uint64
             drop_readx(c, m);
             return -EPROTO;
         }
-        /* Fault the extent's pages in with one call rather than one fault
-         * per page; cheap when they are mapped already.  (MAP_POPULATE at
-         * mmap time would commit the whole arena.) */
-        madvise((void *)((uintptr_t)(c->segs[e.seg].p + e.off) & ~(uintptr_t)4095),
-                e.len + ((uintptr_t)(c->segs[e.seg].p + e.off) & 4095), MADV_POPULATE_READ);
         memcpy(dst + got, c->segs[e.seg].p + e.off, e.len);
         got += e.len;
         queue_release(c, e.lease);

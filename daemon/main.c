@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "dram.h"
 #include "config.h"
 #include "fault.h"
@@ -78,6 +79,43 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     log_info("signal %d: shutting down", (int)sig);
     event_base_loopbreak(arg);
+}
+
+static int huge_pages_mode(const char *name)
+{
+    if (!strcmp(name, "hugetlb"))
+        return ARENA_PAGES_HUGETLB;
+    if (!strcmp(name, "thp"))
+        return ARENA_PAGES_THP;
+    if (!strcmp(name, "off"))
+        return ARENA_PAGES_SMALL;
+    return ARENA_PAGES_AUTO;
+}
+
+/* Say what pages the arena got, and what an operator can do about it. */
+static void log_pages(const dram *d, const char *mode)
+{
+    dram_stats ds;
+
+    dram_get_stats(d, &ds);
+    if (ds.hugetlb_segments == ds.segments) {
+        log_info("dram: %llu segments on hugetlb pages (2 MiB)", (unsigned long long)ds.segments);
+        return;
+    }
+    if (!strcmp(mode, "off"))
+        return;
+    if (ds.hugetlb_segments || ds.thp_segments)
+        log_info("dram: of %llu segments, %llu on hugetlb pages, %llu advised for transparent huge "
+                 "pages, the rest on 4 KiB pages", (unsigned long long)ds.segments,
+                 (unsigned long long)ds.hugetlb_segments, (unsigned long long)ds.thp_segments);
+    else
+        log_info("dram: 4 KiB pages (clients pay a page-table entry per 4 KiB on first touch); for "
+                 "huge pages reserve them (sysctl vm.nr_hugepages=N, 2 MiB each) or allow shmem "
+                 "THP (echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
+    if (!strcmp(mode, "hugetlb") && ds.hugetlb_segments < ds.segments)
+        log_warn("dram: [dram] huge_pages = hugetlb, but only %llu of %llu segments got hugetlb "
+                 "pages (vm.nr_hugepages too small?)", (unsigned long long)ds.hugetlb_segments,
+                 (unsigned long long)ds.segments);
 }
 
 int main(int argc, char **argv)
@@ -190,10 +228,12 @@ int main(int argc, char **argv)
     } else {
         log_info("nvme tier disabled ([nvme] path is empty)");
     }
-    if (dram_new(cfg.dram_capacity, cfg.chunk_size, cfg.dram_policy, &d, err, sizeof(err)) < 0) {
+    if (dram_new_pages(cfg.dram_capacity, cfg.chunk_size, cfg.dram_policy,
+                       huge_pages_mode(cfg.dram_huge_pages), &d, err, sizeof(err)) < 0) {
         log_error("dram tier: %s", err);
         goto fail;
     }
+    log_pages(d, cfg.dram_huge_pages);
     if (evthread_use_pthreads() < 0 || !(base = event_base_new())) {
         log_error("libevent initialisation failed");
         goto fail;

@@ -595,6 +595,203 @@ START_TEST(test_free_null)
 }
 END_TEST
 
+/* ---- huge pages ---- */
+
+/* A small sysctl-like file: read its first number, write one. */
+static long read_long(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static int write_str(const char *path, const char *v)
+{
+    FILE *f = fopen(path, "w");
+    int ok;
+
+    if (!f)
+        return -1;
+    ok = fputs(v, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* The system settings the huge-page tests change, put back after each
+ * test whatever its outcome (a fixture's teardown). */
+static long saved_nr = -1;
+static char saved_thp[32];
+
+static void restore_pages(void)
+{
+    char v[32];
+
+    if (saved_nr >= 0) {
+        snprintf(v, sizeof(v), "%ld", saved_nr);
+        write_str("/proc/sys/vm/nr_hugepages", v);
+        saved_nr = -1;
+    }
+    if (saved_thp[0]) {
+        write_str("/sys/kernel/mm/transparent_hugepage/shmem_enabled", saved_thp);
+        saved_thp[0] = '\0';
+    }
+}
+
+static long meminfo_hp(const char *name)
+{
+    char line[256];
+    size_t n = strlen(name);
+    long v = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, name, n) && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* kB of field name in /proc/self/smaps for the mapping that starts at p. */
+static long smaps_field(const void *p, const char *name)
+{
+    char line[256], start[32];
+    size_t n = strlen(name), sl;
+    long v = -1;
+    int in = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+
+    snprintf(start, sizeof(start), "%lx-", (unsigned long)(uintptr_t)p);
+    sl = strlen(start);
+    while (f && fgets(line, sizeof(line), f)) {
+        if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ') && line[0] != ' ')
+            in = !strncmp(line, start, sl);
+        else if (in && !strncmp(line, name, n) && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* With hugetlb pages in the pool, every segment gets them: the bytes are
+ * right through a client's read-only mapping, the seals hold, a renewal
+ * keeps hugetlb pages, and with the pool spent a new arena falls back to
+ * 4 KiB pages (cleanly: same bytes, same seals).  Needs root (the pool is
+ * set up here and given back). */
+START_TEST(test_hugetlb_segments)
+{
+    const char *nr = "/proc/sys/vm/nr_hugepages";
+    long before = read_long(nr), used_now;
+    char v[32], err[256] = "";
+    arena *a = NULL, *b = NULL;
+    arena_block blk;
+    arena_stats st;
+    const uint8_t *map;
+
+    if (before < 0 || geteuid() != 0) {
+        fprintf(stderr, "SKIP test_hugetlb_segments: needs root and %s\n", nr);
+        return;
+    }
+    /* Exactly 10 free pages: 8 segments of 2 MiB, and 2 for a renewal. */
+    saved_nr = before;
+    used_now = before - meminfo_hp("HugePages_Free");
+    snprintf(v, sizeof(v), "%ld", used_now + 10);
+    if (write_str(nr, v) < 0 || meminfo_hp("HugePages_Free") != 10) {
+        fprintf(stderr, "SKIP test_hugetlb_segments: the kernel gave no hugetlb pages\n");
+        return;
+    }
+    ck_assert_int_eq(arena_new_pages(16 * MiB, 2 * MiB, ARENA_PAGES_AUTO, &a, err, sizeof(err)), 0);
+    arena_get_stats(a, &st);
+    ck_assert_uint_eq(st.segments, 8);
+    ck_assert_uint_eq(st.hugetlb_segments, 8);
+    ck_assert_int_eq(arena_alloc_for(a, 1 * MiB, 1000, &blk), 0);
+    memset(blk.ptr, 0x5a, 1 * MiB);
+    map = mmap(NULL, 2 * MiB, PROT_READ, MAP_SHARED, arena_segment_fd(a, blk.seg), 0);
+    ck_assert(map != MAP_FAILED);
+    ck_assert_uint_eq(map[blk.off], 0x5a);
+    ck_assert_uint_eq(map[blk.off + 1 * MiB - 1], 0x5a);
+    ck_assert(mmap(NULL, 2 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, arena_segment_fd(a, blk.seg),
+                   0) == MAP_FAILED);
+    munmap((void *)map, 2 * MiB);
+    /* Another owner: a renewal, still on hugetlb pages (the spare ones). */
+    arena_release(a, &blk);
+    ck_assert_int_eq(arena_alloc_for(a, 2 * MiB, 1001, &blk), 0);
+    arena_get_stats(a, &st);
+    ck_assert_uint_eq(st.renewals, 1);
+    ck_assert_uint_eq(st.hugetlb_segments, 8);
+    memset(blk.ptr, 0x33, 2 * MiB);
+    arena_release(a, &blk);
+    /* The pool spent: 4 KiB pages, and they work the same. */
+    ck_assert_int_eq(arena_new_pages(16 * MiB, 2 * MiB, ARENA_PAGES_AUTO, &b, err, sizeof(err)), 0);
+    arena_get_stats(b, &st);
+    ck_assert_uint_lt(st.hugetlb_segments, 8);
+    ck_assert_int_eq(arena_alloc_for(b, 64 * 1024, 1000, &blk), 0);
+    memset(blk.ptr, 0x11, 64 * 1024);
+    ck_assert(mmap(NULL, 2 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, arena_segment_fd(b, blk.seg),
+                   0) == MAP_FAILED);
+    arena_release(b, &blk);
+    arena_free(&b);
+    arena_free(&a);
+}
+END_TEST
+
+/* With shmem transparent huge pages allowed for advised mappings, the
+ * segments are advised and a client that advises its mapping too gets the
+ * bytes through 2 MiB entries (ShmemPmdMapped grows). */
+START_TEST(test_thp_segments)
+{
+    const char *knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    char old[128] = "", *l, *r, err[256] = "";
+    FILE *f = fopen(knob, "r");
+    arena *a = NULL;
+    arena_block blk;
+    arena_stats st;
+    long pmd;
+    uint8_t *map;
+    volatile uint8_t sum = 0;
+
+    if (!f || !fgets(old, sizeof(old), f) || geteuid() != 0) {
+        if (f)
+            fclose(f);
+        fprintf(stderr, "SKIP test_thp_segments: needs root and %s\n", knob);
+        return;
+    }
+    fclose(f);
+    l = strchr(old, '[');
+    r = l ? strchr(l, ']') : NULL;
+    ck_assert_ptr_nonnull(r);
+    *r = '\0';
+    snprintf(saved_thp, sizeof(saved_thp), "%s", l + 1);
+    if (write_str(knob, "advise") < 0) {
+        fprintf(stderr, "SKIP test_thp_segments: cannot set %s\n", knob);
+        return;
+    }
+    ck_assert_int_eq(arena_new_pages(8 * MiB, 4 * MiB, ARENA_PAGES_THP, &a, err, sizeof(err)), 0);
+    arena_get_stats(a, &st);
+    ck_assert_uint_eq(st.thp_segments, 2);
+    ck_assert_uint_eq(st.hugetlb_segments, 0);
+    ck_assert_int_eq(arena_alloc_for(a, 4 * MiB, 1000, &blk), 0);
+    memset(blk.ptr, 0x7e, 4 * MiB);
+    map = mmap(NULL, 4 * MiB, PROT_READ, MAP_SHARED, arena_segment_fd(a, blk.seg), 0);
+    ck_assert(map != MAP_FAILED);
+    ck_assert_int_eq(madvise(map, 4 * MiB, MADV_HUGEPAGE), 0);
+    for (size_t i = 0; i < 4 * MiB; i += 4096)
+        sum = (uint8_t)(sum + map[i]);
+    pmd = smaps_field(map, "ShmemPmdMapped");
+    ck_assert_uint_eq(map[4 * MiB - 1], 0x7e);
+    munmap(map, 4 * MiB);
+    arena_release(a, &blk);
+    arena_free(&a);
+    ck_assert_msg(pmd == 4096, "the client's mapping: ShmemPmdMapped %ld kB", pmd);
+}
+END_TEST
+
 static Suite *arena_suite(void)
 {
     Suite *s = suite_create("arena");
@@ -610,6 +807,12 @@ static Suite *arena_suite(void)
     tcase_add_test(tc, test_bad_release);
     tcase_add_test(tc, test_owner_change_renews);
     tcase_add_test(tc, test_free_null);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("huge pages");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, restore_pages);
+    tcase_add_test(tc, test_hugetlb_segments);
+    tcase_add_test(tc, test_thp_segments);
     suite_add_tcase(s, tc);
     return s;
 }

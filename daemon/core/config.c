@@ -64,6 +64,7 @@ typedef struct config_key {
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const access_checks[] = { "fd", "none", NULL };
+static const char *const huge_pages_modes[] = { "auto", "hugetlb", "thp", "off", NULL };
 
 /* Eviction policies each tier implements.  Add a name here when a tier
  * learns a new one; the parser, describe and dump follow. */
@@ -118,6 +119,9 @@ static const config_key config_keys[] = {
       "256M", "memory all users' hint lists may hold together", CONFIG_HOOK_PREFETCH },
     { "dram", "capacity", KT_SIZE, 0, FIELD(dram_capacity), MIB, UINT64_MAX, NULL,
       "1G", "memory for cached chunks (at least one chunk)", CONFIG_RESTART },
+    { "dram", "huge_pages", KT_CHOICE, 0, FIELD(dram_huge_pages), 0, 0, huge_pages_modes,
+      "auto", "pages of the shared memory: auto (hugetlb where vm.nr_hugepages has them, else "
+      "shmem transparent huge pages where allowed, else 4 KiB), hugetlb, thp, off", CONFIG_RESTART },
     { "dram", "policy", KT_CHOICE, 0, FIELD(dram_policy), 0, 0, dram_policies,
       "lru", "eviction policy of the DRAM tier", CONFIG_HOOK_DRAM_POLICY },
     { "dram", "max_leased_per_client", KT_SIZE, 0, FIELD(dram_max_leased), 0, UINT64_MAX, NULL,

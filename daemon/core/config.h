@@ -52,6 +52,7 @@ typedef struct gr_config {
     uint64_t dram_capacity;    /* bytes */
     char dram_policy[16];      /* lru (more with the DRAM tier issue) */
     uint64_t dram_max_leased;  /* arena bytes one client may hold leased */
+    char dram_huge_pages[16];  /* auto, hugetlb, thp, off */
     uint64_t dram_client_lease_cache; /* of which it may keep to serve later reads */
     double dram_client_lease_ttl;     /* seconds it may keep one for that */
     /* [nvme] */

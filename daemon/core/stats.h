@@ -77,6 +77,8 @@
     X(gauge,   nvme_pinned_bytes,    "NVMe bytes of pinned chunks (never evicted)") \
     X(gauge,   dram_capacity_bytes,  "capacity of the DRAM tier") \
     X(gauge,   dram_chunks,          "chunks held by the DRAM tier") \
+    X(gauge,   dram_hugetlb_segments, "arena segments backed by hugetlb pages ([dram] huge_pages)") \
+    X(gauge,   dram_thp_segments,    "arena segments advised for transparent huge pages ([dram] huge_pages)") \
     X(gauge,   nvme_used_bytes,      "bytes used on disk by the NVMe tier") \
     X(gauge,   nvme_capacity_bytes,  "capacity of the NVMe tier on disk") \
     X(gauge,   nvme_chunks,          "chunks held by the NVMe tier") \

@@ -201,6 +201,8 @@ void server_snapshot(server *s, gr_stats *out)
     out->dram_cached_bytes = ds.cached_bytes;
     out->dram_heap_fallbacks = ds.heap_fallbacks;
     out->dram_segment_renewals = ds.segment_renewals;
+    out->dram_hugetlb_segments = ds.hugetlb_segments;
+    out->dram_thp_segments = ds.thp_segments;
     out->dram_not_admitted = ds.not_admitted;
     out->dram_pinned_bytes = ds.pinned_bytes;
     out->dram_capacity_bytes = ds.capacity_bytes;

@@ -66,6 +66,7 @@ typedef struct arena_seg {
     int32_t head[ARENA_ORDERS]; /* first free block of each order, -1 if none */
     int64_t owner;              /* uid whose blocks it holds, ARENA_NO_OWNER */
     uint32_t gen;               /* +1 per renewal */
+    int kind;                   /* ARENA_PAGES_HUGETLB, _THP or _SMALL: what its memfd got */
 } arena_seg;
 
 struct arena {
@@ -79,6 +80,9 @@ struct arena {
     uint64_t used_bytes;
     uint64_t alloc_failures;
     uint64_t renewals;
+    int pages;                  /* arena_pages: what to try */
+    uint32_t nkind[ARENA_PAGES_AUTO];   /* segments of each kind now */
+    int thp_ok;                 /* shmem THP is enabled for madvised mappings */
 };
 
 
@@ -191,12 +195,15 @@ int arena_sane(const arena *a)
 }
 #endif
 
-/* A sealed memfd of seg_size bytes mapped read-write at *base (anywhere
- * when *base is NULL, else replacing the mapping there).  The fd, or
- * -errno with err set. */
-static int seg_memfd(const arena *a, uint8_t **base, char *err, size_t errlen)
+#define HUGE_2M (2u << 20)
+
+/* An unsealed memfd of seg_size bytes mapped read-write at *base (anywhere,
+ * 2 MiB aligned, when *base is NULL; else replacing the mapping there):
+ * backed by hugetlb pages (flag MFD_HUGETLB) or by shmem.  The fd, or
+ * -errno with err set; *base is untouched on failure. */
+static int seg_map(const arena *a, unsigned flags, uint8_t **base, char *err, size_t errlen)
 {
-    int fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
+    int fd = memfd_create("granary-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags), rc;
     void *p;
 
     if (fd < 0) {
@@ -211,17 +218,78 @@ static int seg_memfd(const arena *a, uint8_t **base, char *err, size_t errlen)
         close(fd);
         return rc;
     }
-    /* Map before sealing: F_SEAL_FUTURE_WRITE refuses new writable
-     * mappings but leaves this one working. */
-    p = mmap(*base, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | (*base ? MAP_FIXED : 0),
-             fd, 0);
+    /* Mapped away from *base first: a hugetlb mapping reserves its pages
+     * here, and one that cannot must not have unmapped the old segment.
+     * Then moved into place in one step (mremap replaces what is there). */
+    p = mmap(NULL, a->seg_size + (*base || (flags & MFD_HUGETLB) ? 0 : HUGE_2M),
+             PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
         close(fd);
         return rc;
     }
-    *base = p;
+    if (*base) {
+        void *q = mremap(p, a->seg_size, a->seg_size, MREMAP_MAYMOVE | MREMAP_FIXED, *base);
+        if (q == MAP_FAILED) {
+            rc = -errno;
+            err_set(err, errlen, "mremap a new segment into place: %s", strerror(errno));
+            munmap(p, a->seg_size);
+            close(fd);
+            return rc;
+        }
+    } else if (!(flags & MFD_HUGETLB)) {
+        /* 2 MiB alignment, so that huge pages can back it later (THP now,
+         * a hugetlb memfd at a renewal): map again at the aligned address
+         * inside the first mapping, and drop the first. */
+        uintptr_t al = ((uintptr_t)p + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1);
+        void *q = mmap((void *)al, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                       fd, 0);
+        if (q == MAP_FAILED) {
+            rc = -errno;
+            err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
+            munmap(p, a->seg_size + HUGE_2M);
+            close(fd);
+            return rc;
+        }
+        if (al > (uintptr_t)p)
+            munmap(p, al - (uintptr_t)p);
+        if ((uintptr_t)p + a->seg_size + HUGE_2M > al + a->seg_size)
+            munmap((void *)(al + a->seg_size),
+                   (uintptr_t)p + a->seg_size + HUGE_2M - (al + a->seg_size));
+        p = q;
+    }
+    /* (A hugetlb mapping is aligned to its pages already.) */
+    if (!*base)
+        *base = p;
+    return fd;
+}
+
+/* A sealed memfd of seg_size bytes mapped read-write at *base (see
+ * seg_map), with the best pages the arena may use: hugetlb (2 MiB pages:
+ * one page-table entry per 2 MiB in every client that maps it), else shmem
+ * advised for transparent huge pages, else 4 KiB pages.  *kind says which.
+ * The fd, or -errno with err set. */
+static int seg_memfd(const arena *a, uint8_t **base, int *kind, char *err, size_t errlen)
+{
+    int fd = -1, rc;
+
+    if ((a->pages == ARENA_PAGES_AUTO || a->pages == ARENA_PAGES_HUGETLB) &&
+        a->seg_size % HUGE_2M == 0) {
+        char herr[160];
+        fd = seg_map(a, MFD_HUGETLB, base, herr, sizeof(herr));
+        if (fd >= 0)
+            *kind = ARENA_PAGES_HUGETLB;
+    }
+    if (fd < 0) {
+        fd = seg_map(a, 0, base, err, errlen);
+        if (fd < 0)
+            return fd;
+        *kind = ARENA_PAGES_SMALL;
+        if (a->thp_ok && a->pages != ARENA_PAGES_SMALL &&
+            madvise(*base, a->seg_size, MADV_HUGEPAGE) == 0)
+            *kind = ARENA_PAGES_THP;
+    }
     /* Fail closed: a kernel without F_SEAL_FUTURE_WRITE (before 5.1) says
      * EINVAL, and handing out an unsealed segment is not an option. */
     if (fcntl(fd, F_ADD_SEALS, ARENA_SEALS) < 0) {
@@ -238,9 +306,10 @@ static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
 {
     arena_seg *s = &a->segs[si];
 
-    s->fd = seg_memfd(a, &s->base, err, errlen);
+    s->fd = seg_memfd(a, &s->base, &s->kind, err, errlen);
     if (s->fd < 0)
         return s->fd;
+    a->nkind[s->kind]++;
     s->owner = ARENA_NO_OWNER;
     s->gen = 1;
     s->state = calloc(a->seg_size >> ARENA_PAGE_SHIFT, 1);
@@ -257,6 +326,34 @@ static int seg_setup(arena *a, uint32_t si, char *err, size_t errlen)
 }
 
 int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, size_t errlen)
+{
+    return arena_new_pages(capacity, segment_size, ARENA_PAGES_SMALL, out, err, errlen);
+}
+
+/* Whether shmem transparent huge pages serve a mapping advised with
+ * MADV_HUGEPAGE: /sys/kernel/mm/transparent_hugepage/shmem_enabled is
+ * "always", "within_size" or "advise" (the bracketed word). */
+static int shmem_thp_enabled(void)
+{
+    char buf[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    char *l, *r;
+
+    if (!f)
+        return 0;
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    fclose(f);
+    l = strchr(buf, '[');
+    r = l ? strchr(l, ']') : NULL;
+    if (!r)
+        return 0;
+    *r = '\0';
+    return !strcmp(l + 1, "always") || !strcmp(l + 1, "within_size") || !strcmp(l + 1, "advise");
+}
+
+int arena_new_pages(uint64_t capacity, uint64_t segment_size, int pages, arena **out, char *err,
+                    size_t errlen)
 {
     arena *a = NULL;
     uint64_t nsegs;
@@ -284,6 +381,8 @@ int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, 
         return -ENOMEM;
     }
     a->seg_size = segment_size;
+    a->pages = pages;
+    a->thp_ok = pages != ARENA_PAGES_SMALL && shmem_thp_enabled();
     a->nsegs = (uint32_t)nsegs;
     a->max_order = order_for(segment_size);
     a->words = (a->nsegs + 63) / 64;
@@ -413,14 +512,17 @@ static int seg_claim(arena *a, uint32_t si, int64_t owner)
 {
     arena_seg *s = &a->segs[si];
     char err[128];
-    int fd;
+    int fd, kind;
 
     if (s->owner != owner && s->owner != ARENA_NO_OWNER) {
-        fd = seg_memfd(a, &s->base, err, sizeof(err));
+        fd = seg_memfd(a, &s->base, &kind, err, sizeof(err));
         if (fd < 0) {
             log_error("arena: renewing segment %" PRIu32 ": %s", si, err);
             return fd;
         }
+        a->nkind[s->kind]--;
+        a->nkind[kind]++;
+        s->kind = kind;
         close(s->fd);
         s->fd = fd;
         s->gen++;
@@ -498,4 +600,6 @@ void arena_get_stats(const arena *a, arena_stats *out)
     out->segments = a->nsegs;
     out->alloc_failures = a->alloc_failures;
     out->renewals = a->renewals;
+    out->hugetlb_segments = a->nkind[ARENA_PAGES_HUGETLB];
+    out->thp_segments = a->nkind[ARENA_PAGES_THP];
 }

@@ -60,15 +60,32 @@ typedef struct arena_stats {
     uint64_t segments;
     uint64_t alloc_failures;    /* arena_alloc calls that found no block */
     uint64_t renewals;          /* segments given a fresh memfd on a change of owner */
+    uint64_t hugetlb_segments;  /* segments backed by hugetlb pages now */
+    uint64_t thp_segments;      /* segments advised for transparent huge pages */
 } arena_stats;
 
 /*
  * Create the arena: capacity rounded up to whole segments, segment_size a
  * power of two >= ARENA_MIN_BLOCK.  All segments are created, mapped and
  * sealed now (memory is committed only as blocks are written).  0 or
- * -errno; on failure err says why.
+ * -errno; on failure err says why.  4 KiB pages.
  */
 int arena_new(uint64_t capacity, uint64_t segment_size, arena **out, char *err, size_t errlen);
+
+/*
+ * The same with the pages to use: the first touch of a mapped page costs a
+ * page-table entry in every process that maps it (1.5-2 us per 4 KiB page
+ * on the VMs we measured, facts.md), so huge pages make a fresh client's
+ * first pass over cached data as fast as its later ones.  ARENA_PAGES_AUTO:
+ * hugetlb pages where the pool has them (vm.nr_hugepages; segments of a
+ * multiple of 2 MiB), else shmem transparent huge pages where
+ * shmem_enabled allows madvised mappings, else 4 KiB pages, per segment (a
+ * renewal tries again).  _HUGETLB: the same (the daemon warns when it falls
+ * back); _THP: no hugetlb; _SMALL: 4 KiB pages only.
+ */
+enum arena_pages { ARENA_PAGES_SMALL, ARENA_PAGES_THP, ARENA_PAGES_HUGETLB, ARENA_PAGES_AUTO };
+int arena_new_pages(uint64_t capacity, uint64_t segment_size, int pages, arena **out, char *err,
+                    size_t errlen);
 
 /* Unmap and close every segment (clients' mappings stay valid: the kernel
  * keeps the memory until their last mapping goes).  NULL-safe. */

@@ -91,6 +91,12 @@ static int key_eq(const gr__hnode *n, const void *key)
 int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
              char *err, size_t errlen)
 {
+    return dram_new_pages(capacity, max_chunk, policy_name, ARENA_PAGES_SMALL, out, err, errlen);
+}
+
+int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_name, int pages,
+                   dram **out, char *err, size_t errlen)
+{
     dram *d = calloc(1, sizeof(*d));
     uint64_t seg = SEGMENT_MAX, acap;
     policy_kind kind = POLICY_LRU;
@@ -121,7 +127,7 @@ int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dra
         return -EINVAL;
     }
     acap = capacity - capacity % seg;
-    rc = arena_new(acap, seg, &d->ar, err, errlen);
+    rc = arena_new_pages(acap, seg, pages, &d->ar, err, errlen);
     if (rc == 0) {
         rc = policy_new(kind, acap, &d->pol);
         if (rc < 0)
@@ -465,4 +471,7 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->pinned_bytes = d->pinned_bytes;
     out->prefetch_wasted = d->prefetch_wasted;
     out->segment_renewals = as.renewals;
+    out->hugetlb_segments = as.hugetlb_segments;
+    out->thp_segments = as.thp_segments;
+    out->segments = as.segments;
 }

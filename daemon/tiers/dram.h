@@ -79,6 +79,9 @@ typedef struct dram_stats {
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
     uint64_t prefetch_wasted;   /* prefetched chunks evicted before anyone asked */
     uint64_t segment_renewals;  /* arena segments renewed on a change of owner */
+    uint64_t segments;          /* arena segments */
+    uint64_t hugetlb_segments;  /* of which backed by hugetlb pages now */
+    uint64_t thp_segments;      /* of which advised for transparent huge pages */
 } dram_stats;
 
 /*
@@ -89,6 +92,10 @@ typedef struct dram_stats {
  */
 int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
              char *err, size_t errlen);
+/* The same with the arena's pages (arena.h: ARENA_PAGES_*); dram_new uses
+ * 4 KiB pages. */
+int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_name, int pages,
+                   dram **out, char *err, size_t errlen);
 /* Drop every chunk's tier reference and free the arena; every other chunk
  * reference must be gone.  Sets *d NULL.  NULL-safe. */
 void dram_free(dram **d);
