@@ -60,6 +60,7 @@
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
     X(gauge,   source_running,       "tasks reading the source now ([source] max_inflight bounds it)") \
+    X(gauge,   source_fds_cached,    "fds on the source held open: files kept to read without another open ([source] fd_cache bounds them) and the roots' directories") \
     X(gauge,   source_queued,        "tasks waiting for a source slot") \
     X(gauge,   readahead_window_max, "the current cap on a sequential reader's read-ahead, bytes") \
     X(gauge,   hint_entries,         "hinted chunks not yet read, over all hint lists") \

@@ -211,6 +211,7 @@ void server_snapshot(server *s, gr_stats *out)
     out->fetches_inflight = fetcher_inflight(s->d.fx);
     out->source_running = sched_running(s->d.sc);
     out->source_queued = sched_queued(s->d.sc);
+    out->source_fds_cached = source_open_fds(s->d.src);
     out->prefetch_wasted = ds.prefetch_wasted;
     out->warmup_jobs_active = warmup_active(s->d.wu);
     prefetcher_snapshot(s->d.pf, out);

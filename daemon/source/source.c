@@ -597,9 +597,15 @@ static void fd_keep(source *s, srcfile *f, int fd)
     s->nfds++;
 }
 
-size_t source_open_fds(const source *s)
+size_t source_open_fds(source *s)
 {
-    return s->nfds;
+    size_t n = s->nfds;
+
+    pthread_mutex_lock(&s->fs_lock);
+    for (int i = 0; i < s->nroots; i++)
+        n += (s->rfd[i].fd >= 0) + (s->rfd[i].old_fd >= 0);
+    pthread_mutex_unlock(&s->fs_lock);
+    return n;
 }
 
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now)

@@ -115,8 +115,9 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
  * fd that nobody is reading through; else closed at once. */
 srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *st, int fd,
                            double now);
-/* Loop thread: source files held open now (the fd cache's fill). */
-size_t source_open_fds(const source *s);
+/* Loop thread: fds the source holds open now: the fd cache's files and the
+ * roots' directories. */
+size_t source_open_fds(source *s);
 
 /*
  * I/O thread: call cb(arg, id) with the identity of norm if it is a regular
