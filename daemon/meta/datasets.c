@@ -157,7 +157,7 @@ static void scan_end(dataset *d, int ok)
     scan *sc = d->sc;
 
     d->last_dirs = sc->dirs;
-    d->last_entries = mf_build_count(sc->b);
+    d->last_entries = sc->b ? mf_build_count(sc->b) : 0;    /* no builder: failed before one */
     d->last_errors = sc->errors;
     d->last_ms = (uint64_t)((gr__now_s() - sc->t0) * 1000);
     d->failed = !ok;
