@@ -6,9 +6,13 @@
  * directory under its capacity at every moment.
  *
  * Layout under cfg->path:
- *   index/               RocksDB.  Keys: 'C'+key -> chunk record (below, +
- *                        the bytes when inline); 'A'+key -> u64 last access
- *                        written back at close; "M" -> format version.
+ *   index/               RocksDB.  Keys: 'C'+key -> chunk record (below;
+ *                        records written before 'D' existed carry an inline
+ *                        chunk's bytes after it); 'D'+key -> an inline chunk's
+ *                        bytes (written and deleted with its 'C' record, so
+ *                        an open, which skips the 'D' range, reads only the
+ *                        small records); 'A'+key -> u64 last access written
+ *                        back at close; "M" -> format version.
  *   data-<bytes>.dat     slots of one size class; slot i at i * bytes.  Only
  *                        round_up(len, 4096) bytes of a slot are ever
  *                        allocated; the rest stays a hole.
