@@ -967,8 +967,15 @@ static int abs_dest(const char *d, char *out, size_t len)
         snprintf(parent, sizeof(parent), "/");
     else
         snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - d) : 1, slash ? d : ".");
-    if (!realpath(parent, rp))
-        return -errno;
+    if (!realpath(parent, rp)) {
+        /* An absolute path goes as it is: the daemon judges it. */
+        if (d[0] != '/')
+            return -errno;
+        if (strlen(d) >= len)
+            return -ENAMETOOLONG;
+        strcpy(out, d);
+        return 0;
+    }
     if ((size_t)snprintf(out, len, "%s/%s", strcmp(rp, "/") ? rp : "", base) >= len)
         return -ENAMETOOLONG;
     return 0;

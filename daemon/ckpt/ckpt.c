@@ -400,12 +400,20 @@ static void put_run(wq_job *j)
     putjob *p = (putjob *)j;
     ckpts *k = p->k;
     ck *c = p->c;
-    char name[64];
+    char name[64] = "";
     struct stat st0, st1;
     uint8_t *buf = NULL;
     XXH3_state_t *xs = NULL;
-    int out = -1, rc, checked = 0;
+    int out = -1, rc, checked = 0, journalled = 0;
 
+    /* Journalled as staged first, so that a restart knows which temporary
+     * beside the destination to remove if the put never finished. */
+    rc = journal_write(k, c, CKPT_STAGED);
+    if (rc < 0) {
+        snprintf(p->err, sizeof(p->err), "journal in %s: %s", k->dir, strerror(-rc));
+        goto fail;
+    }
+    journalled = 1;
     rc = dest_check(k, c, p->err, sizeof(p->err));
     if (rc < 0)
         goto fail;
@@ -473,6 +481,10 @@ fail:
         unlinkat(k->dir_fd, name, 0);
     if (checked)
         dest_unlink_tmp(k, c);
+    if (journalled) {
+        snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+        unlinkat(k->dir_fd, name, 0);
+    }
     if (!p->err[0])
         snprintf(p->err, sizeof(p->err), "%s", strerror(-rc));
 out:
@@ -1075,8 +1087,22 @@ static int load(ckpts *k, char *err, size_t errlen)
         qsort(v, nv, sizeof(*v), by_id);
     for (size_t i = 0; i < nv; i++) {
         ck *c = v[i];
+        char name[64];
+        if (c->state == CKPT_STAGED) {
+            /* Never acknowledged: its temporary, data and entry go. */
+            log_info("checkpoint %" PRIu64 ": staging never finished; removed", c->id);
+            dest_unlink_tmp(k, c);
+            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+            unlinkat(k->dir_fd, name, 0);
+            snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+            unlinkat(k->dir_fd, name, 0);
+            ck_free(&c);
+            continue;
+        }
         gr__list_push_back(&k->all, &c->link);
         if (c->state == CKPT_PUBLISHED) {
+            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+            unlinkat(k->dir_fd, name, 0);   /* a kill between journal and unlink */
             k->npublished++;
         } else if (c->state == CKPT_LOCAL || c->state == CKPT_REPLICATED) {
             k->reserved += c->size;
