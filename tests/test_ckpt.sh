@@ -159,5 +159,6 @@ check "the destination is the last acknowledged version or a later one (acked $l
 check "no staged copy left once all are published" sh -c "! ls $dir/nvme/checkpoints/ | grep -q data"
 check "no temporary left beside the destination" sh -c "! ls -A $dir/src/tort | grep -q granary"
 stop
+check "the daemon's log has no sanitizer report" sh -c "! grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error' $dir/log"
 [ $fails -eq 0 ] || { echo "--- daemon log"; tail -30 "$dir/log"; }
 [ $fails -eq 0 ]
