@@ -5,6 +5,9 @@
 # writing it to the destination directly (pwrite + fsync).
 #
 #   bench/ckpt.sh DESTDIR [SIZES]     SIZES in bytes, default "1073741824"
+#   bench/ckpt.sh dfs [SIZES]         on a MooseFS of its own (scripts/dfs.sh
+#                                     up $CKPT_DFS_RATE, default 1600mbit),
+#                                     taken down afterwards
 #
 # DESTDIR is where the checkpoint goes (the bandwidth-capped MooseFS mount of
 # scripts/dfs.sh, or a local directory); the NVMe tier is a directory under
@@ -12,8 +15,19 @@
 # size: direct seconds, Granary blocked seconds, their ratio, and the time
 # until Granary's copy was published at DESTDIR.  Never fails on timings.
 set -u
-dest=${1:?usage: bench/ckpt.sh DESTDIR [SIZES]}
+dest=${1:?usage: bench/ckpt.sh DESTDIR|dfs [SIZES]}
 sizes=${2:-1073741824}
+if [ "$dest" = dfs ]; then
+    export DFS_DIR=${DFS_DIR:-/tmp/granary-dfs-ckpt} DFS_NAME=${DFS_NAME:-grckpt}
+    scripts/dfs.sh probe || exit 0
+    scripts/dfs.sh up "${CKPT_DFS_RATE:-1600mbit}" > /dev/null || exit 1
+    mkdir -p "$DFS_DIR/mnt/ckptbench"
+    echo "MooseFS at ${CKPT_DFS_RATE:-1600mbit} (scripts/dfs.sh), staging on $(df --output=source /tmp | tail -1)"
+    sh "$0" "$DFS_DIR/mnt/ckptbench" "$sizes"
+    rc=$?
+    DFS_PURGE=1 scripts/dfs.sh down > /dev/null
+    exit $rc
+fi
 W=build/tests/ckpt_writer
 scratch=$(mktemp -d /tmp/granary-ckptbench-XXXXXX)
 nvme=${CKPT_NVME:-$scratch/nvme}

@@ -19,6 +19,8 @@
 #   9. bench/meta.sh   the DFS's metadata operations per epoch (direct, Granary
 #                      with access proofs, Granary with a registered dataset)
 #                      and the stat rate, on MooseFS
+#  10. bench/ckpt.sh   time a job is blocked writing a 1 GiB and a 4 GiB checkpoint
+#                      through Granary beside writing it to MooseFS directly
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
@@ -60,9 +62,13 @@ TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
   bench/meta.sh "$meta_files" | grep -v '^META_'; echo '```'; } > "$OUT/meta.md" 2>&1 ||
     echo "meta: failed (see $OUT/meta.md)" >> "$OUT/meta.md"
 
+{ echo "## Checkpoint writes: blocked time (bench/ckpt.sh dfs)"; echo; echo '```';
+  bench/ckpt.sh dfs "1073741824 4294967296"; echo '```'; } > "$OUT/ckpt.md" 2>&1 ||
+    echo "ckpt: failed (see $OUT/ckpt.md)" >> "$OUT/ckpt.md"
+
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation fio touch meta; do
+    for part in local hot sim warmup isolation fio touch meta ckpt; do
         echo
         cat "$OUT/$part.md"
     done
