@@ -1,7 +1,8 @@
 /*
  * granaryctl.c - the admin CLI: read files through the daemon, show its
  * counters (once, or live with top), check its health and configuration,
- * evict, invalidate, pin or unpin files, and warm the cache up.  Errors are one line on
+ * evict, invalidate, pin or unpin files, warm the cache up, and say how each
+ * job reads and what to set (analyze).  Errors are one line on
  * stderr; exit codes: 0 success, 1 the operation failed (or: unhealthy),
  * 2 usage error, 3 the daemon cannot be reached, 4 not allowed (admin
  * commands are for root and the daemon's admin_group).
@@ -44,6 +45,8 @@ static void usage(FILE *out)
             "  warmup PATH... [--from-file LIST] [--wait] [--max-bandwidth RATE]\n"
             "                     read files and directories into the cache (admin)\n"
             "  warmup --status    list warmup jobs;  warmup --cancel ID  stop one (admin)\n"
+            "  analyze [--job ID] [--json]\n"
+            "                     how each job reads (its class and figures) and what to set\n"
             "options:\n"
             "  -s, --socket PATH  the daemon's socket (default: $GRANARY_SOCKET, else the\n"
             "                     [daemon] socket of /etc/granary/granary.conf)\n"
@@ -767,6 +770,203 @@ fail:
     return EXIT_FAIL;
 }
 
+/* ---- analyze ---- */
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void hsize(char *buf, size_t len, uint64_t v)
+{
+    human(buf, len, (double)v + (v == UINT64_MAX ? 0 : 1) - (v == 0));
+}
+
+static double bpv(const gr_field *f, size_t n, const char *name)
+{
+    return (double)fnum(f, n, name) / 100.0;
+}
+
+/* One job's fields f[0..n) ("job" first) as text. */
+static void analyze_text(const gr_field *f, size_t n)
+{
+    char a[32], b[32], c2[32], d[32];
+    size_t i;
+
+    printf("job %" PRIu64 " (uid %" PRIu64 ", process group %" PRId64 ", %" PRIu64
+           " connections): %s%s\n", fnum(f, n, "job"), fnum(f, n, "uid"),
+           (int64_t)fnum(f, n, "pgid"), fnum(f, n, "conns"), ftext(f, n, "class"),
+           fnum(f, n, "stable") ? " (stable)" : "");
+    human(a, sizeof(a), (double)fnum(f, n, "bytes"));
+    printf("  %" PRIu64 " requests, %s in %" PRIu64 " s; verdict changes: %" PRIu64 "\n",
+           fnum(f, n, "requests"), a, fnum(f, n, "seconds"), fnum(f, n, "switches"));
+    printf("  requests: %.0f%% sequential, %.0f%% strided, %.0f%% whole files, %.0f%% random\n",
+           bpv(f, n, "seq_bp"), bpv(f, n, "stride_bp"), bpv(f, n, "whole_bp"),
+           bpv(f, n, "random_bp"));
+    hsize(a, sizeof(a), fnum(f, n, "req_p50"));
+    hsize(b, sizeof(b), fnum(f, n, "req_p90"));
+    hsize(c2, sizeof(c2), fnum(f, n, "file_p50"));
+    hsize(d, sizeof(d), fnum(f, n, "file_p90"));
+    printf("  request size p50 <= %s, p90 <= %s; %" PRIu64 " files, size p50 <= %s, p90 <= %s, "
+           "%.0f%% below a chunk\n", a, b, fnum(f, n, "files"), c2, d, bpv(f, n, "small_files_bp"));
+    printf("  inter-arrival p50 <= %" PRIu64 " us, p99 <= %" PRIu64 " us; idle %.0f%% of the time\n",
+           fnum(f, n, "gap_p50_us"), fnum(f, n, "gap_p99_us"), bpv(f, n, "idle_bp"));
+    printf("  reads that waited on a miss: %" PRIu64 ", wait p50 <= %" PRIu64 " us, p90 <= %" PRIu64
+           " us, p99 <= %" PRIu64 " us\n", fnum(f, n, "waits"), fnum(f, n, "wait_p50_us"),
+           fnum(f, n, "wait_p90_us"), fnum(f, n, "wait_p99_us"));
+    hsize(a, sizeof(a), fnum(f, n, "reuse_p50_bytes"));
+    hsize(b, sizeof(b), fnum(f, n, "reuse_p90_bytes"));
+    human(c2, sizeof(c2), (double)fnum(f, n, "distinct_bytes"));
+    printf("  reuse: %.0f%% of chunk reads are re-reads (%.0f%% soon), distance p50 <= %s, "
+           "p90 <= %s; distinct data ~%s; order %s\n", bpv(f, n, "reuse_bp"),
+           bpv(f, n, "hot_bp"), a, b, c2, ftext(f, n, "order") ? ftext(f, n, "order") : "-");
+    printf("  (sampled: %" PRIu64 " chunk reads kept, rate %.4f)\n", fnum(f, n, "samples"),
+           (double)fnum(f, n, "sample_ppm") / 1e6);
+    for (i = 0; i < n; i++) {
+        if (f[i].is_text && !strcmp(f[i].name, "tier")) {
+            size_t k = i + 1;
+            human(a, sizeof(a), k < n ? (double)f[k].num : 0);
+            printf("  expected hit ratio, %s at %s:", f[i].text, a);
+            for (k = i + 2; k < n && !f[k].is_text; k++)
+                if (!strncmp(f[k].name, "hit_", 4)) {
+                    int w = (int)(strlen(f[k].name) - 7);
+                    printf(" %.*s %.2f", w, f[k].name + 4, (double)f[k].num / 10000.0);
+                }
+            printf("\n");
+        }
+    }
+    printf("  recommendations:\n");
+    for (i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, "rec"))
+            printf("    - %s\n", f[i].text);
+}
+
+/* One job's fields as a JSON object: numbers and texts by name, the tier
+ * groups in "tiers", the recommendations in "recommendations". */
+static void analyze_json(const gr_field *f, size_t n)
+{
+    int first = 1, intier = 0, ntier = 0, nrec = 0;
+
+    printf("{");
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(f[i].name, "rec"))
+            continue;
+        if (f[i].is_text && !strcmp(f[i].name, "tier")) {
+            printf("%s{\"tier\": ", intier ? "}, " : ntier ? "" : ", \"tiers\": [");
+            if (!intier && ntier)
+                printf(", ");
+            json_str(f[i].text);
+            intier = 1;
+            ntier++;
+            continue;
+        }
+        if (intier && (!strcmp(f[i].name, "capacity") || !strcmp(f[i].name, "best") ||
+                       !strncmp(f[i].name, "hit_", 4))) {
+            printf(", ");
+        } else {
+            if (intier) {
+                printf("}]");
+                intier = 0;
+            }
+            printf("%s", first ? "" : ", ");
+        }
+        first = 0;
+        json_str(f[i].name);
+        printf(": ");
+        if (f[i].is_text)
+            json_str(f[i].text);
+        else
+            printf("%" PRIu64, f[i].num);
+    }
+    if (intier)
+        printf("}]");
+    if (!ntier)
+        printf(", \"tiers\": []");
+    printf(", \"recommendations\": [");
+    for (size_t i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, "rec")) {
+            printf("%s", nrec++ ? ", " : "");
+            json_str(f[i].text);
+        }
+    printf("]}");
+}
+
+static int cmd_analyze(int argc, char **argv)
+{
+    int json = 0, rc = 0, njobs = 0;
+    uint64_t job = 0;
+    gr_field arg, *f;
+    gr_client *c;
+    size_t n, start = SIZE_MAX;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            printf("usage: granaryctl analyze [--job ID] [--json]\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--job") && i + 1 < argc) {
+            char *end;
+            job = strtoull(argv[++i], &end, 10);
+            if (*end || job == 0) {
+                fprintf(stderr, "granaryctl: analyze: --job wants a job number, not \"%s\"\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "granaryctl: analyze: unknown argument %s\n", argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    c = connect_or_die();
+    arg = num_field("job", job);
+    if (gr_admin(c, GR_ADMIN_ANALYZE, &arg, job ? 1 : 0, &f, &n) < 0) {
+        int e = errno;
+        fprintf(stderr, "granaryctl: analyze: %s\n", gr_strerror_last(c));
+        gr_disconnect(c);
+        return e == EPERM ? EXIT_DENIED : EXIT_FAIL;
+    }
+    if (json)
+        printf("{\"jobs\": [");
+    /* the jobs: each from its "job" field to the next */
+    for (size_t i = 0; i <= n; i++) {
+        int omitted = i < n && !f[i].is_text && !strcmp(f[i].name, "omitted");
+        if (i < n && !omitted && (f[i].is_text || strcmp(f[i].name, "job")))
+            continue;
+        if (start != SIZE_MAX) {
+            if (json) {
+                printf("%s", njobs ? ", " : "");
+                analyze_json(f + start, i - start);
+            } else {
+                printf("%s", njobs ? "\n" : "");
+                analyze_text(f + start, i - start);
+            }
+            njobs++;
+        }
+        start = omitted ? SIZE_MAX : i;
+    }
+    if (json)
+        printf("], \"omitted\": %" PRIu64 "}\n", fnum(f, n, "omitted"));
+    else if (!njobs)
+        printf("no jobs have read through the daemon yet\n");
+    else if (fnum(f, n, "omitted"))
+        printf("\n(%" PRIu64 " more jobs did not fit one reply: ask with --job ID)\n",
+               fnum(f, n, "omitted"));
+    free(f);
+    gr_disconnect(c);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -816,6 +1016,8 @@ int main(int argc, char **argv)
         return cmd_path_admin(argc, argv, GR_ADMIN_UNPIN);
     if (!strcmp(argv[0], "warmup"))
         return cmd_warmup(argc, argv);
+    if (!strcmp(argv[0], "analyze"))
+        return cmd_analyze(argc, argv);
     fprintf(stderr, "granaryctl: unknown command \"%s\" (try --help)\n", argv[0]);
     return EXIT_USAGE;
 }

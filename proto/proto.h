@@ -50,6 +50,8 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_WARMUP = 7,     /* start or extend a warmup job (admin only) */
     PROTO_ADMIN_WARMUP_STATUS = 8, /* every warmup job's progress (anyone) */
     PROTO_ADMIN_WARMUP_CANCEL = 9, /* stop a warmup job (admin only) */
+    /* 10..13: the dataset commands */
+    PROTO_ADMIN_ANALYZE = 14,   /* how each job reads, and what to set (anyone: own jobs) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 

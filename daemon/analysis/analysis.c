@@ -3,7 +3,7 @@
  * analysis.h for what is kept and why it is bounded).
  *
  * The verdict, from the decayed vote shares and the sampled record:
- *   - fewer than AN_EVAL requests: unknown;
+ *   - fewer than AN_FIRST requests: unknown;
  *   - continuations >= 60%: sequential-large, or checkpoint-burst when the
  *     job paused (>= 1 s) at least twice and spent most of its life idle;
  *   - constant strides >= 50%: strided;
@@ -44,7 +44,7 @@ typedef struct an_scratch {
     int32_t last[AN_RING];          /* per id, during the scan */
     int32_t fen[AN_RING + 1];
     uint64_t next[AN_RING];         /* per access: the next access of its key, or n + i */
-    struct srt { uint64_t key; uint32_t pos, size; } srt[AN_RING];
+    uint32_t slot[AN_RING * 2];     /* key table: id, or UINT32_MAX */
 } an_scratch;
 
 struct analysis {
@@ -240,38 +240,38 @@ static void sample(an_job *j, uint64_t key, uint32_t size)
     }
 }
 
-static int cmp_srt(const void *x, const void *y)
-{
-    const struct srt *p = x, *q = y;
-
-    if (p->key != q->key)
-        return p->key < q->key ? -1 : 1;
-    return p->pos < q->pos ? -1 : p->pos > q->pos;
-}
-
-/* Dense ids for the record, oldest first. */
+/* Dense ids for the record, oldest first, through an open-addressed table
+ * of 2 * AN_RING slots (O(n), no sort: this runs on the loop every
+ * AN_EVAL requests); then each access's next use, from a backward scan. */
 static void scr_ids(const an_job *j, an_scratch *s)
 {
+    memset(s->slot, 0xff, sizeof(s->slot));
     s->n = j->ring_n;
     s->nkeys = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         an_sample x = j->ring[(j->ring_head + i) % AN_RING];
-        s->srt[i] = (struct srt){ x.key, i, x.size };
-    }
-    qsort(s->srt, s->n, sizeof(s->srt[0]), cmp_srt);
-    for (uint32_t i = 0; i < s->n; i++) {
-        if (i == 0 || s->srt[i].key != s->srt[i - 1].key) {
-            s->khash[s->nkeys] = s->srt[i].key;
-            s->ksize[s->nkeys] = s->srt[i].size;
+        uint32_t h = (uint32_t)(x.key >> 20) & (AN_RING * 2 - 1);
+        while (s->slot[h] != UINT32_MAX && s->khash[s->slot[h]] != x.key)
+            h = (h + 1) & (AN_RING * 2 - 1);
+        if (s->slot[h] == UINT32_MAX) {
+            s->slot[h] = s->nkeys;
+            s->khash[s->nkeys] = x.key;
+            s->ksize[s->nkeys] = x.size;
             s->nkeys++;
         }
-        s->id[s->srt[i].pos] = s->nkeys - 1;
+        s->id[i] = s->slot[h];
     }
-    /* next use: sorted by key then position, each access's successor */
-    for (uint32_t i = 0; i < s->n; i++) {
-        uint32_t p = s->srt[i].pos;
-        s->next[p] = (i + 1 < s->n && s->srt[i + 1].key == s->srt[i].key)
-                         ? s->srt[i + 1].pos : (uint64_t)s->n + p;
+}
+
+/* s->next[t]: the position of the next access of t's key, or n + t. */
+static void scr_next(an_scratch *s)
+{
+    for (uint32_t k = 0; k < s->nkeys; k++)
+        s->last[k] = -1;
+    for (uint32_t t = s->n; t-- > 0;) {
+        uint32_t k = s->id[t];
+        s->next[t] = s->last[k] >= 0 ? (uint64_t)s->last[k] : (uint64_t)s->n + t;
+        s->last[k] = (int32_t)t;
     }
 }
 
@@ -342,7 +342,7 @@ static an_class classify(const an_job *j, const reuse_figs *rf)
     double tot = 0, sh[AN_NV];
     uint64_t life = j->last_ns - j->first_ns;
 
-    if (j->requests < AN_EVAL)
+    if (j->requests < AN_FIRST)
         return AN_UNKNOWN;
     for (int v = 0; v < AN_NV; v++)
         tot += j->votes[v];
@@ -366,12 +366,19 @@ static an_class classify(const an_job *j, const reuse_figs *rf)
 
 static void evaluate(analysis *a, an_job *j)
 {
+    double tot = 0;
     an_class c;
-    reuse_figs rf;
+    reuse_figs rf = { 0, 0, 0, 0 };
 
-    scr_ids(j, a->scr);
-    rf = scr_reuse(a->scr, 1.0, NULL);
-    j->hot = rf.hot;
+    /* The record's figures only decide among whole-file readers: spare the
+     * O(n log n) otherwise. */
+    for (int v = 0; v < AN_NV; v++)
+        tot += j->votes[v];
+    if (tot > 0 && j->votes[AN_V_WHOLE] / tot >= 0.6) {
+        scr_ids(j, a->scr);
+        rf = scr_reuse(a->scr, 1.0, NULL);
+        j->hot = rf.hot;
+    }
     c = classify(j, &rf);
     if (c == j->verdict) {
         j->verdict_runs++;
@@ -472,7 +479,7 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
         sample(j, an_mix64(file_key ^ (c * 0x9e3779b97f4a7c15ull)),
                (uint32_t)(clen < chunk_size ? clen : chunk_size));
     }
-    if (j->requests % AN_EVAL == 0)
+    if (j->requests % AN_EVAL == 0 || (j->requests < AN_EVAL && j->requests % AN_FIRST == 0))
         evaluate(a, j);
 }
 
@@ -685,6 +692,7 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
     r->rate = rate;
     r->samples = j->ring_n;
     scr_ids(j, s);
+    scr_next(s);
     rf = scr_reuse(s, rate, &reuse);
     r->hot = rf.hot;
     r->reuse_share = rf.reuse;
@@ -722,7 +730,7 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
     /* recommendations */
     if (r->cls == AN_UNKNOWN) {
         rec(r, "too few requests yet (%llu of %u) for a verdict",
-            (unsigned long long)j->requests, AN_EVAL);
+            (unsigned long long)j->requests, AN_FIRST);
         return 0;
     }
     for (int t = 0; t < r->ntiers; t++) {
@@ -732,7 +740,7 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
             continue;
         human(a, sizeof(a), (double)ts->capacity);
         rec(r, "[%s] policy = %s: expected hit ratio %.2f at %s (now %s: %.2f; static %.2f; "
-            "Belady's bound %.2f)", ts->tier, an_row_name(ts->best), ts->hit[ts->best], a,
+            "Belady's MIN %.2f)", ts->tier, an_row_name(ts->best), ts->hit[ts->best], a,
             an_row_name(cur), cur >= 0 && cur < POLICY_NKINDS ? ts->hit[cur] : -1.0,
             ts->hit[AN_ROW_STATIC], ts->hit[AN_ROW_BELADY]);
     }

@@ -18,7 +18,8 @@
  *     down to a rate of 1/AN_MIN_RATE_INV, after which the oldest go).  The
  *     record gives reuse distances and is replayed through the tiers'
  *     policies (policy.h) and Belady at the capacities scaled by the rate.
- * Every AN_EVAL requests the verdict is re-evaluated; it is *stable* once
+ * The first verdict comes after AN_FIRST requests, and is re-evaluated
+ * every AN_FIRST requests up to AN_EVAL, then every AN_EVAL; it is *stable* once
  * the same verdict came AN_STABLE times in a row.
  *
  * Memory: AN_MAX_JOBS records of sizeof(an_job) (about 70 KiB), allocated
@@ -39,6 +40,8 @@
 #define AN_RING         4096        /* sampled chunk accesses kept per job */
 #define AN_HB           48          /* log2 histogram buckets */
 #define AN_EVAL         1024        /* requests between verdicts */
+#define AN_FIRST        256         /* requests before the first verdict (then every
+                                       AN_FIRST up to AN_EVAL) */
 #define AN_DECAY        8192        /* requests between halvings of the votes */
 #define AN_STABLE       3           /* equal verdicts in a row for "stable" */
 #define AN_MIN_RATE_INV 4096        /* lowest sampling rate: 1/4096 */
@@ -56,7 +59,7 @@ typedef enum an_class {
     AN_NCLASSES
 } an_class;
 
-/* "sequential-large", "random-small", ...; "unknown" below AN_EVAL requests. */
+/* "sequential-large", "random-small", ...; "unknown" below AN_FIRST requests. */
 const char *an_class_name(an_class c);
 
 /* Votes: how a request relates to the job's previous ones. */

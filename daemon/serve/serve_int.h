@@ -27,6 +27,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "analysis.h"
 #include "proto.h"
 #include "server.h"
 #include "list.h"
@@ -89,6 +90,7 @@ struct conn {
     uint64_t leased_bytes;      /* arena bytes of the chunks leased */
     uint32_t *segs_sent;        /* per arena segment: the generation whose fd was sent, 0 none */
     int gpu_logged;             /* its GPU path was logged (first REPORT with gpu_clients) */
+    an_ref job;                 /* its job (uid, process group) in srv->an */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
     gr__list link;              /* srv->conns */
@@ -101,6 +103,7 @@ struct server {
     gr__list conns;             /* every live connection */
     unsigned nconns, next_id;
     gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
+    analysis *an;               /* how each job reads (analysis.h) */
     uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */
 };
 
@@ -205,5 +208,9 @@ void op_openx(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_file.c 
 void op_release(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_hint(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_hint.c */
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_admin.c */
+
+/* ADMIN ANALYZE (op_analyze.c): the jobs' reports, built on an I/O thread.
+ * job: 0 for every job the caller may see. */
+void admin_analyze(conn *c, uint32_t req_id, uint64_t job);
 
 #endif

@@ -141,6 +141,10 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         return -ENOMEM;
     s->d = *deps;
     s->lis.fd = -1;
+    if (analysis_new(&s->an) < 0) {
+        free(s);
+        return -ENOMEM;
+    }
     gr__list_init(&s->conns);
     s->admin_gid = (gid_t)-1;
     if (deps->cfg->admin_group[0]) {
@@ -165,6 +169,7 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
     return 0;
 fail:
     server_shutdown(s);
+    analysis_free(&s->an);
     free(s);
     return rc;
 }
@@ -187,6 +192,7 @@ void server_free(server **sp)
     if (!s)
         return;
     server_shutdown(s);
+    analysis_free(&s->an);
     free(s);
     *sp = NULL;
 }
