@@ -287,6 +287,7 @@ int main(int argc, char **argv)
             log_error("[metrics] listen %s", err);
             goto fail;
         }
+        metrics_set_extra(met, server_metrics_jobs, &srv);
         if (strncmp(metrics_address(met), "unix:", 5) == 0)
             log_info("metrics on %s (GET /metrics)", metrics_address(met));
         else
