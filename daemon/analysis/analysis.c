@@ -371,13 +371,21 @@ static void evaluate(analysis *a, an_job *j)
     reuse_figs rf = { 0, 0, 0, 0 };
 
     /* The record's figures only decide among whole-file readers: spare the
-     * O(n log n) otherwise. */
+     * O(n log n) otherwise, and once the verdict is stable recompute them
+     * every 4 * AN_EVAL requests only (reuse changes over passes, not
+     * requests); in between the last hot share stands. */
     for (int v = 0; v < AN_NV; v++)
         tot += j->votes[v];
-    if (tot > 0 && j->votes[AN_V_WHOLE] / tot >= 0.6) {
+    if (tot > 0 && j->votes[AN_V_WHOLE] / tot >= 0.6 &&
+        (j->requests <= AN_EVAL || j->requests % (4 * AN_EVAL) == 0 || j->verdict == AN_UNKNOWN ||
+         j->verdict_runs < AN_STABLE)) {
         scr_ids(j, a->scr);
         rf = scr_reuse(a->scr, 1.0, NULL);
         j->hot = rf.hot;
+        j->early = rf.early;
+    } else {
+        rf.hot = j->hot;
+        rf.early = j->early;
     }
     c = classify(j, &rf);
     if (c == j->verdict) {
@@ -423,7 +431,9 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
         if (end > file_size)
             end = file_size;
     }
-    for (unsigned i = 0; i < AN_STREAMS; i++) {
+    if (j->streams[j->last_stream].file == file_key)
+        st = &j->streams[j->last_stream];
+    for (unsigned i = 0; !st && i < AN_STREAMS; i++) {
         an_stream *s = &j->streams[i];
         if (s->file == file_key) {
             st = s;
@@ -462,6 +472,7 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
     st->prev_off = off;
     st->next_off = end;
     st->used = j->requests;
+    j->last_stream = (uint32_t)(st - j->streams);
     j->votes[vote] += 1;
     if (j->requests % AN_DECAY == 0)
         for (int v = 0; v < AN_NV; v++)

@@ -106,7 +106,8 @@ typedef struct an_job {
     an_class verdict;           /* the last evaluated */
     uint32_t verdict_runs;      /* evaluations in a row with this verdict */
     uint64_t switches;          /* verdict changes */
-    double hot;                 /* last evaluation: short-reuse share (see analysis.c) */
+    double hot, early;          /* last figures of the record (see analysis.c) */
+    uint32_t last_stream;       /* streams[] index of the last request */
     an_sample ring[AN_RING];
 } an_job;
 
