@@ -687,6 +687,20 @@ static void rec(an_report *r, const char *fmt, ...)
     va_end(ap);
 }
 
+int an_auto_choice(const an_report *r, int t, int cur)
+{
+    const an_tier_sim *ts;
+
+    if (t < 0 || t >= r->ntiers || cur < 0 || cur >= POLICY_NKINDS || r->cls == AN_UNKNOWN)
+        return -1;
+    if (r->cls == AN_SHUFFLED_EPOCH && r->reuse_share < 0.05)
+        return cur == POLICY_EPOCH ? -1 : POLICY_EPOCH;
+    ts = &r->tiers[t];
+    if (ts->hit[0] < 0 || ts->best == cur || ts->hit[ts->best] < ts->hit[cur] + AN_AUTO_MARGIN)
+        return -1;
+    return ts->best;
+}
+
 int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
 {
     an_scratch *s = malloc(sizeof(*s));

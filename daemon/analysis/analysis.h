@@ -189,6 +189,18 @@ typedef struct an_report {
  * Allocates scratch (O(AN_RING)) and frees it.  0 or -ENOMEM. */
 int analysis_report(const an_job *j, const an_caps *caps, an_report *out);
 
+/* policy = auto's rule: the policy kind tier t (0 dram, 1 nvme) of report r
+ * should switch to from cur, or -1 to stay: the replay's best, when it
+ * beats cur by AN_AUTO_MARGIN (near-ties never flap) and there were
+ * samples to replay; for a shuffled-epoch job whose record holds almost no
+ * re-reads yet (its first pass), epoch at once: no recency or frequency
+ * policy gets near the optimum on epochs (facts.md), and switching before
+ * the tier fills is what lets the epoch policy keep a stable subset.
+ * Re-apply it on a new verdict, or after AN_AUTO_RECHECK more requests. */
+#define AN_AUTO_MARGIN  0.01
+#define AN_AUTO_RECHECK 4096
+int an_auto_choice(const an_report *r, int t, int cur);
+
 /* The row name of the report's hit table: policy_kind_name, "static", "belady". */
 const char *an_row_name(int row);
 

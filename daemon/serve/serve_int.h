@@ -104,6 +104,14 @@ struct server {
     unsigned nconns, next_id;
     gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
     analysis *an;               /* how each job reads (analysis.h) */
+    /* policy = auto (auto.c) */
+    struct event *auto_ev;      /* the tick */
+    int auto_busy, auto_stopped;        /* a replay in flight; stopped */
+    uint32_t auto_job;          /* what was decided on last: the job, its verdict, when */
+    an_class auto_verdict;
+    uint64_t auto_decided_req;  /* the job's requests then */
+    uint32_t auto_last_id[AN_MAX_JOBS]; /* per slot: the job and its requests at the last tick */
+    uint64_t auto_last_req[AN_MAX_JOBS];
     uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */
 };
 
@@ -181,6 +189,14 @@ void read_start(conn *c, srcfile *f, uint64_t off, uint64_t len, const read_args
  * declined it, or the read's error; 0 at the end of the file): the
  * attributes and the status, no bytes. */
 void openx_reply_status(conn *c, uint32_t req_id, const proto_attr *a, int err);
+
+/* ---- auto.c: policy = auto ---- */
+
+/* Start the controller's tick (it acts only for tiers whose policy is
+ * auto, read at each tick: SIGHUP may change it).  0 or -ENOMEM. */
+int auto_start(server *s);
+/* Stop the tick; a replay in flight finishes into the void.  Idempotent. */
+void auto_stop(server *s);
 
 /* ---- dispatch.c ---- */
 

@@ -165,6 +165,11 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         snprintf(err, errlen, "event_new failed");
         goto fail;
     }
+    if (auto_start(s) < 0) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "out of memory for the auto policy timer");
+        goto fail;
+    }
     *out = s;
     return 0;
 fail:
@@ -176,6 +181,7 @@ fail:
 
 void server_shutdown(server *s)
 {
+    auto_stop(s);
     if (s->lev) {
         event_free(s->lev);
         s->lev = NULL;
