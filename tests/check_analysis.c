@@ -351,6 +351,51 @@ START_TEST(test_quantiles)
 }
 END_TEST
 
+/* policy = auto's rule: the replay's best only past the margin; epoch for
+ * an epoch job's first pass and for a mixed whole-file job the replay
+ * cannot yet rank; nothing for unknown jobs or bad arguments. */
+START_TEST(test_auto_choice)
+{
+    an_report r;
+
+    memset(&r, 0, sizeof(r));
+    r.cls = AN_RANDOM_SMALL;
+    r.ntiers = 1;
+    for (int i = 0; i < AN_SIM_ROWS; i++)
+        r.tiers[0].hit[i] = 0.50;
+    r.tiers[0].hit[POLICY_S3FIFO] = 0.505;
+    r.tiers[0].best = POLICY_S3FIFO;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), -1);          /* within the margin */
+    r.tiers[0].hit[POLICY_S3FIFO] = 0.52;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), POLICY_S3FIFO);
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_S3FIFO), -1);       /* there already */
+    ck_assert_int_eq(an_auto_choice(&r, 1, POLICY_LRU), -1);          /* no such tier */
+    ck_assert_int_eq(an_auto_choice(&r, 0, 99), -1);
+    ck_assert_int_eq(an_auto_choice(&r, -1, POLICY_LRU), -1);
+    r.cls = AN_UNKNOWN;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), -1);
+    /* an epoch job before any re-read: epoch, whatever the replay says */
+    r.cls = AN_SHUFFLED_EPOCH;
+    r.reuse_share = 0;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), POLICY_EPOCH);
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_EPOCH), -1);
+    /* later, the replay decides */
+    r.reuse_share = 0.5;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), POLICY_S3FIFO);
+    /* mixed whole files: epoch unless the replay says it loses */
+    r.cls = AN_MIXED;
+    r.share[AN_V_WHOLE] = 0.9;
+    r.tiers[0].hit[POLICY_S3FIFO] = 0.50;
+    r.tiers[0].best = POLICY_LRU;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), POLICY_EPOCH);
+    r.tiers[0].hit[POLICY_EPOCH] = 0.40;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), -1);
+    r.share[AN_V_WHOLE] = 0.3;
+    r.tiers[0].hit[POLICY_EPOCH] = 0.50;
+    ck_assert_int_eq(an_auto_choice(&r, 0, POLICY_LRU), -1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("analysis");
@@ -371,6 +416,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_bounded);
     tcase_add_test(tc, test_hostile);
     tcase_add_test(tc, test_quantiles);
+    tcase_add_test(tc, test_auto_choice);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,11 @@
 #     bench/simulate finds best on the daemon's own trace_file of that job;
 #     --job, bad arguments, an unknown job; the metrics page has the
 #     verdicts; another user sees only their own jobs.
+#  3. policy = auto: simulated over the traces (bench/analyze --auto, the
+#     daemon's rule and policy_switch) within 0.02 of the best fixed policy
+#     at D/C 1.1, 2 and 10; in a real daemon on a shuffled-epoch job, the
+#     switch is logged with its reason and counted, and the last epoch's
+#     DRAM hit ratio is within 0.02 of the best of fixed epoch and lru.
 cd "$(dirname "$0")/.."
 NAME=analyze
 . tests/lib.sh
@@ -46,6 +51,20 @@ EOF
 )
         echo "    $res"
         check "offline $f at D/C $r: recommended policy is the simulator's best" \
+            test "${res%% *}" = ok
+    done
+done
+
+for f in shuf same zipf scan; do
+    for r in 1.1 2 10; do
+        $B/analyze --ratio $r --auto --json "$dir/$f.txt" | tail -1 > "$dir/auto.json"
+        res=$($PY -c '
+import json, sys
+a = json.load(open(sys.argv[1]))
+ok = a["auto_hit"] >= a["best_fixed_hit"] - 0.02
+print("%s auto=%.3f(%d switches, %s) best=%s(%.3f)" % ("ok" if ok else "bad", a["auto_hit"],
+      a["auto_switches"], a["auto_final"], a["best_fixed"], a["best_fixed_hit"]))' "$dir/auto.json")
+        check "offline auto on $f at D/C $r within 0.02 of the best fixed: ${res#* }" \
             test "${res%% *}" = ok
     done
 done
@@ -179,4 +198,36 @@ check "non-admin: root's job by id: refused (exit 1)" test $? -eq 1
 
 kill "$pid" && wait "$pid"
 pid=
+
+# ---- 3. policy = auto in a real daemon ----
+for pol in auto epoch lru; do
+    rm -rf "$dir/nvme" "$dir/log"
+    write_conf "[dram]
+policy = $pol"
+    start_daemon
+    # 2000 files (~100 MB, DRAM 64M): three epochs, then the measured one
+    setsid sh -c "$W $dir/sock epoch 3 $dir/src/small/f?    $dir/src/small/f??   $dir/src/small/f???  $dir/src/small/f1??? > /dev/null &&
+        $CTL $S stats --json > $dir/s1 &&
+        $W $dir/sock epoch 1 $dir/src/small/f?    $dir/src/small/f??   $dir/src/small/f???  $dir/src/small/f1??? > /dev/null &&
+        $CTL $S stats --json > $dir/s2"
+    check "policy = $pol: epochs ran" test $? -eq 0
+    $PY -c '
+import json, sys
+a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+d = lambda k: b[k] - a[k]
+print("%.4f %d" % (d("hits_dram") / max(1, d("hits_dram") + d("hits_nvme") + d("misses")),
+                   b["policy_switches"]))' "$dir/s1" "$dir/s2" > "$dir/hr.$pol"
+    echo "    policy = $pol: last epoch's dram hit ratio, switches: $(cat "$dir/hr.$pol")"
+    if [ $pol = auto ]; then
+        grep -q "auto policy: \[dram\] lru -> epoch: job [0-9]* (uid 0, process group [0-9]*) reads shuffled-epoch" "$dir/log"
+        check "policy = auto: the switch logged with its reason" test $? -eq 0
+        check "policy = auto: one switch counted" test "$(cut -d' ' -f2 "$dir/hr.auto")" -eq 1
+    fi
+    kill "$pid" && wait "$pid"
+    pid=
+done
+check "policy = auto within 0.02 of the best fixed policy (epoch, lru)" $PY -c '
+import sys
+a, e, l = (float(open(sys.argv[i]).read().split()[0]) for i in (1, 2, 3))
+sys.exit(0 if a >= max(e, l) - 0.02 else 1)' "$dir/hr.auto" "$dir/hr.epoch" "$dir/hr.lru"
 [ $fails -eq 0 ]

@@ -696,9 +696,16 @@ int an_auto_choice(const an_report *r, int t, int cur)
     if (r->cls == AN_SHUFFLED_EPOCH && r->reuse_share < 0.05)
         return cur == POLICY_EPOCH ? -1 : POLICY_EPOCH;
     ts = &r->tiers[t];
-    if (ts->hit[0] < 0 || ts->best == cur || ts->hit[ts->best] < ts->hit[cur] + AN_AUTO_MARGIN)
-        return -1;
-    return ts->best;
+    if (ts->hit[0] >= 0 && ts->best != cur && ts->hit[ts->best] >= ts->hit[cur] + AN_AUTO_MARGIN)
+        return ts->best;
+    /* Whole files, a hot set beside reads that do not come back soon (a
+     * scan): until the replay can tell, the scan-resistant epoch policy,
+     * before the scan's tail fills the tier (switched later, it keeps a
+     * worse subset: bench/analyze --auto on tracegen scanmix). */
+    if (r->cls == AN_MIXED && r->share[AN_V_WHOLE] >= 0.6 && cur != POLICY_EPOCH &&
+        (ts->hit[0] < 0 || ts->hit[POLICY_EPOCH] >= ts->hit[cur] - AN_AUTO_MARGIN))
+        return POLICY_EPOCH;
+    return -1;
 }
 
 int analysis_report(const an_job *j, const an_caps *caps, an_report *r)

@@ -195,7 +195,9 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *out);
  * samples to replay; for a shuffled-epoch job whose record holds almost no
  * re-reads yet (its first pass), epoch at once: no recency or frequency
  * policy gets near the optimum on epochs (facts.md), and switching before
- * the tier fills is what lets the epoch policy keep a stable subset.
+ * the tier fills is what lets the epoch policy keep a stable subset; for a
+ * mixed job of whole files (a hot set beside a scan), epoch too unless the
+ * replay says it loses.
  * Re-apply it on a new verdict, or after AN_AUTO_RECHECK more requests. */
 #define AN_AUTO_MARGIN  0.01
 #define AN_AUTO_RECHECK 4096

@@ -75,6 +75,14 @@ static void auto_apply(server *s, const autoreq *q, int t)
         return;
     }
     s->d.stats->policy_switches++;
+    if (q->r.cls == AN_SHUFFLED_EPOCH && q->r.reuse_share < 0.05) {
+        log_info("auto policy: [%s] %s -> %s: job %u (uid %u, process group %d) reads %s, each "
+                 "item once per pass (its first pass: nothing re-read yet to replay); recency "
+                 "and frequency policies churn on epochs, epoch keeps a stable subset", ts->tier,
+                 policy_kind_name((policy_kind)cur), policy_kind_name((policy_kind)best), q->j.id,
+                 q->j.uid, (int)q->j.pgid, an_class_name(q->r.cls));
+        return;
+    }
     log_info("auto policy: [%s] %s -> %s: job %u (uid %u, process group %d) reads %s; its "
              "sampled reads replayed at %llu bytes hit %.2f with %s, %.2f with %s (Belady's MIN "
              "%.2f)", ts->tier, policy_kind_name((policy_kind)cur),
