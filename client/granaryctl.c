@@ -787,9 +787,11 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+/* A quantile of the analysis: the lower bound of a log-linear bucket, so
+ * "~": the true value is at most 25% above. */
 static void hsize(char *buf, size_t len, uint64_t v)
 {
-    human(buf, len, (double)v + (v == UINT64_MAX ? 0 : 1) - (v == 0));
+    human(buf, len, (double)v);
 }
 
 static double bpv(const gr_field *f, size_t n, const char *name)
@@ -817,18 +819,18 @@ static void analyze_text(const gr_field *f, size_t n)
     hsize(b, sizeof(b), fnum(f, n, "req_p90"));
     hsize(c2, sizeof(c2), fnum(f, n, "file_p50"));
     hsize(d, sizeof(d), fnum(f, n, "file_p90"));
-    printf("  request size p50 <= %s, p90 <= %s; %" PRIu64 " files, size p50 <= %s, p90 <= %s, "
+    printf("  request size p50 ~%s, p90 ~%s; %" PRIu64 " files, size p50 ~%s, p90 ~%s, "
            "%.0f%% below a chunk\n", a, b, fnum(f, n, "files"), c2, d, bpv(f, n, "small_files_bp"));
-    printf("  inter-arrival p50 <= %" PRIu64 " us, p99 <= %" PRIu64 " us; idle %.0f%% of the time\n",
+    printf("  inter-arrival p50 ~%" PRIu64 " us, p99 ~%" PRIu64 " us; idle %.0f%% of the time\n",
            fnum(f, n, "gap_p50_us"), fnum(f, n, "gap_p99_us"), bpv(f, n, "idle_bp"));
-    printf("  reads that waited on a miss: %" PRIu64 ", wait p50 <= %" PRIu64 " us, p90 <= %" PRIu64
-           " us, p99 <= %" PRIu64 " us\n", fnum(f, n, "waits"), fnum(f, n, "wait_p50_us"),
+    printf("  reads that waited on a miss: %" PRIu64 ", wait p50 ~%" PRIu64 " us, p90 ~%" PRIu64
+           " us, p99 ~%" PRIu64 " us\n", fnum(f, n, "waits"), fnum(f, n, "wait_p50_us"),
            fnum(f, n, "wait_p90_us"), fnum(f, n, "wait_p99_us"));
     hsize(a, sizeof(a), fnum(f, n, "reuse_p50_bytes"));
     hsize(b, sizeof(b), fnum(f, n, "reuse_p90_bytes"));
     human(c2, sizeof(c2), (double)fnum(f, n, "distinct_bytes"));
-    printf("  reuse: %.0f%% of chunk reads are re-reads (%.0f%% soon), distance p50 <= %s, "
-           "p90 <= %s; distinct data ~%s; order %s\n", bpv(f, n, "reuse_bp"),
+    printf("  reuse: %.0f%% of chunk reads are re-reads (%.0f%% soon), distance p50 ~%s, "
+           "p90 ~%s; distinct data ~%s; order %s\n", bpv(f, n, "reuse_bp"),
            bpv(f, n, "hot_bp"), a, b, c2, ftext(f, n, "order") ? ftext(f, n, "order") : "-");
     printf("  (sampled: %" PRIu64 " chunk reads kept, rate %.4f)\n", fnum(f, n, "samples"),
            (double)fnum(f, n, "sample_ppm") / 1e6);

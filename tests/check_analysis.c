@@ -336,16 +336,41 @@ START_TEST(test_quantiles)
 {
     an_hist h;
 
+    an_job *j = calloc(1, sizeof(*j));
+    analysis *an;
+    an_ref r;
+
     memset(&h, 0, sizeof(h));
     ck_assert_uint_eq(an_hist_quantile(&h, 0.5), 0);
+    /* through the classifier: 90 reads of 4 KiB, 10 of 1 MiB, 1 of 100000 */
+    ck_assert_int_eq(analysis_new(&an), 0);
+    r = analysis_attach(an, 1, 1, 0);
     for (int i = 0; i < 90; i++)
-        h.b[13]++;              /* 4096..8191 */
+        analysis_read(an, r, fkey(1), 1ull << 30, 4 * MiB, (uint64_t)i * 8192, 4096, 0, 1);
     for (int i = 0; i < 10; i++)
-        h.b[21]++;              /* 1 MiB.. */
-    h.n = 100;
-    ck_assert_uint_eq(an_hist_quantile(&h, 0.5), 8191);
-    ck_assert_uint_eq(an_hist_quantile(&h, 0.9), 8191);
-    ck_assert_uint_eq(an_hist_quantile(&h, 0.95), (1u << 21) - 1);
+        analysis_read(an, r, fkey(2), 1ull << 30, 4 * MiB, (uint64_t)i * MiB, MiB, 0, 1);
+    *j = *analysis_job(an, r.slot);
+    ck_assert_uint_eq(an_hist_quantile(&j->req_size, 0.5), 4096);
+    ck_assert_uint_eq(an_hist_quantile(&j->req_size, 0.9), 4096);
+    ck_assert_uint_eq(an_hist_quantile(&j->req_size, 0.95), MiB);
+    ck_assert_uint_eq(an_hist_quantile(&j->req_size, 1.0), MiB);
+    analysis_read(an, r, fkey(3), 1ull << 30, 4 * MiB, 0, 100000, 0, 1);
+    *j = *analysis_job(an, r.slot);
+    ck_assert_uint_eq(an_hist_quantile(&j->req_size, 1.0), MiB);
+    /* 100000 lies in [98304, 114688): at most 25% below */
+    memset(&h, 0, sizeof(h));
+    for (uint64_t v = 1; v < (1ull << 62); v = v * 3 + 1) {
+        memset(&h, 0, sizeof(h));
+        h.b[0] = 0;
+        analysis_free(&an);
+        ck_assert_int_eq(analysis_new(&an), 0);
+        r = analysis_attach(an, 1, 1, 0);
+        analysis_read(an, r, fkey(4), UINT64_MAX, 4 * MiB, 0, v, 0, 1);
+        ck_assert_uint_le(an_hist_quantile(&analysis_job(an, r.slot)->req_size, 0.5), v);
+        ck_assert_uint_ge(an_hist_quantile(&analysis_job(an, r.slot)->req_size, 0.5) * 5 / 4 + 1, v);
+    }
+    analysis_free(&an);
+    free(j);
     ck_assert_str_eq(an_class_name(AN_SHUFFLED_EPOCH), "shuffled-epoch");
     ck_assert_str_eq(an_class_name((an_class)77), "?");
 }

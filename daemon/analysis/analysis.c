@@ -70,11 +70,32 @@ const char *an_row_name(int row)
     return row == AN_ROW_STATIC ? "static" : "belady";
 }
 
+/* Log-linear buckets, four per power of two: 0..3 exactly, then
+ * [(4 + k) << (e - 2), (5 + k) << (e - 2)) for v's top bit e and the next
+ * two bits k.  A bucket's lower bound is within 25% below any value in it. */
+static unsigned hist_bucket(uint64_t v)
+{
+    unsigned e;
+
+    if (v < 4)
+        return (unsigned)v;
+    e = 63 - (unsigned)__builtin_clzll(v);
+    return 4 + (e - 2) * 4 + (unsigned)((v >> (e - 2)) & 3);
+}
+
+static uint64_t hist_lower(unsigned b)
+{
+    unsigned e;
+
+    if (b < 4)
+        return b;
+    e = (b - 4) / 4 + 2;
+    return (uint64_t)(4 + (b - 4) % 4) << (e - 2);
+}
+
 static void hist_add(an_hist *h, uint64_t v)
 {
-    unsigned b = v ? 64 - (unsigned)__builtin_clzll(v) : 0;
-
-    h->b[b < AN_HB ? b : AN_HB - 1]++;
+    h->b[hist_bucket(v)]++;
     h->n++;
 }
 
@@ -90,9 +111,9 @@ uint64_t an_hist_quantile(const an_hist *h, double q)
     for (unsigned i = 0; i < AN_HB; i++) {
         acc += h->b[i];
         if (acc >= want)
-            return i == 0 ? 0 : i >= 63 ? UINT64_MAX : (1ull << i) - 1;
+            return hist_lower(i);
     }
-    return UINT64_MAX;
+    return hist_lower(AN_HB - 1);
 }
 
 int analysis_new(analysis **out)
@@ -778,18 +799,18 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
     }
     chunk = j->chunk_size ? j->chunk_size : caps->chunk_size;
     human(a, sizeof(a), (double)chunk);
-    human(b, sizeof(b), (double)r->req_p50 + 1);
-    human(c, sizeof(c), (double)r->req_p90 + 1);
-    if ((r->cls == AN_SEQ_LARGE || r->cls == AN_CKPT_BURST) && r->req_p50 + 1 >= 2 * chunk)
+    human(b, sizeof(b), (double)r->req_p50);
+    human(c, sizeof(c), (double)r->req_p90);
+    if ((r->cls == AN_SEQ_LARGE || r->cls == AN_CKPT_BURST) && r->req_p50 >= 2 * chunk)
         rec(r, "chunk size: requests (p50 %s) span several %s chunks; a larger [source] "
             "chunk_size (a multiple of the stripe, up to the request size) halves the per-chunk "
             "work", b, a);
     else if ((r->cls == AN_RANDOM_SMALL || r->cls == AN_STRIDED) && r->share[AN_V_RAND] +
-             r->share[AN_V_STRIDE] > 0.5 && (r->req_p90 + 1) * 8 <= chunk)
+             r->share[AN_V_STRIDE] > 0.5 && r->req_p90 * 8 <= chunk)
         rec(r, "chunk size: most requests (p90 %s) read a small part of each %s chunk, so a "
             "miss reads up to %.0fx what was asked from the source; a smaller [source] "
             "chunk_size (a multiple of the stripe, near the request size) reads less per miss",
-            c, a, (double)chunk / (double)(r->req_p90 + 1));
+            c, a, (double)chunk / (double)(r->req_p90 ? r->req_p90 : 1));
     else
         rec(r, "chunk size: %s chunks fit the requests (p50 %s, p90 %s)", a, b, c);
     human(b, sizeof(b), (double)r->distinct_bytes);
@@ -813,8 +834,8 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
         rec(r, "a hot set: %.0f%% of the reads come back soon; a frequency-aware policy keeps it",
             100.0 * rf.hot);
     }
-    if (j->files_seen >= 64 && r->small_file_share >= 0.5 && r->file_p50 + 1 <= chunk / 8) {
-        human(c, sizeof(c), (double)r->file_p50 + 1);
+    if (j->files_seen >= 64 && r->small_file_share >= 0.5 && r->file_p50 <= chunk / 8) {
+        human(c, sizeof(c), (double)r->file_p50);
         rec(r, "packing: %.0f%% of the files are smaller than a chunk (p50 %s); packed into "
             "shards of about %s (tar, WebDataset, TFRecord) each miss reads a whole chunk of "
             "samples and the metadata server sees one open per shard, not per file",

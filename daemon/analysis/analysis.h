@@ -5,7 +5,7 @@
  * A job is a connection group: the connections of one (uid, process group)
  * pair, so that a training process and its forked data-loader workers are
  * one job.  For each job the daemon keeps, in a fixed-size record:
- *   - histograms (log2 buckets) of request sizes, file sizes (at a file's
+ *   - histograms (log-linear buckets) of request sizes, file sizes (at a file's
  *     first request), inter-arrival times and the wait of reads that
  *     missed DRAM (the await-like latency of the tiers below and the source);
  *   - a table of the last AN_STREAMS files it read, to tell a continuation
@@ -22,7 +22,7 @@
  * every AN_FIRST requests up to AN_EVAL, then every AN_EVAL; it is *stable* once
  * the same verdict came AN_STABLE times in a row.
  *
- * Memory: AN_MAX_JOBS records of sizeof(an_job) (about 70 KiB), allocated
+ * Memory: AN_MAX_JOBS records of sizeof(an_job) (about 75 KiB), allocated
  * when a job first connects; a new job when the table is full replaces the
  * one idle the longest (its connections then go uncounted).
  *
@@ -38,7 +38,7 @@
 #define AN_MAX_JOBS     64
 #define AN_STREAMS      16          /* files tracked per job for sequentiality */
 #define AN_RING         4096        /* sampled chunk accesses kept per job */
-#define AN_HB           48          /* log2 histogram buckets */
+#define AN_HB           252         /* log-linear histogram buckets (4 per power of two) */
 #define AN_EVAL         1024        /* requests between verdicts */
 #define AN_FIRST        256         /* requests before the first verdict (then every
                                        AN_FIRST up to AN_EVAL) */
@@ -66,7 +66,7 @@ const char *an_class_name(an_class c);
 enum { AN_V_SEQ, AN_V_STRIDE, AN_V_WHOLE, AN_V_RAND, AN_NV };
 
 typedef struct an_hist {
-    uint64_t b[AN_HB];          /* b[i]: values v with 2^(i-1) <= v < 2^i (b[0]: v == 0) */
+    uint64_t b[AN_HB];          /* log-linear: 0..3, then 4 per power of two (analysis.c) */
     uint64_t n;
 } an_hist;
 
@@ -171,7 +171,7 @@ typedef struct an_report {
     double early;               /* of the re-reads, those */
     double reuse_share;         /* sampled accesses that re-access a key */
     const char *order;          /* "same", "shuffled" or "-" (epochs' order) */
-    uint64_t req_p50, req_p90, file_p50, file_p90;      /* bytes (bucket upper bounds) */
+    uint64_t req_p50, req_p90, file_p50, file_p90;      /* bytes (bucket lower bounds) */
     uint64_t gap_p50_ns, gap_p99_ns, wait_p50_ns, wait_p90_ns, wait_p99_ns;
     uint64_t reuse_p50_bytes, reuse_p90_bytes;          /* reuse distance, in distinct bytes */
     double small_file_share;
@@ -206,7 +206,8 @@ int an_auto_choice(const an_report *r, int t, int cur);
 /* The row name of the report's hit table: policy_kind_name, "static", "belady". */
 const char *an_row_name(int row);
 
-/* The value below which share q (0..1) of h lies (a bucket's upper bound). */
+/* The value below which share q (0..1) of h lies: the lower bound of its
+ * bucket, within 25% below the true quantile. */
 uint64_t an_hist_quantile(const an_hist *h, double q);
 
 #endif
