@@ -95,6 +95,28 @@ START_TEST(test_sequential_large)
 }
 END_TEST
 
+/* Small sequential steps inside big chunks, and a client asking again for
+ * the rest of a short reply: continuations, and each chunk is one read in
+ * the record (the reader still holds the chunk it is in). */
+START_TEST(test_continuation_samples)
+{
+    gen g;
+
+    gen_init(&g);
+    for (uint64_t off = 0; off < 64 * MiB; off += 128 * 1024)
+        rd(&g, 7, 64 * MiB, off, 128 * 1024, 0);
+    /* 1 MiB asks whose replies come 128K short each time: the client asks
+     * again for the rest, seven times */
+    for (uint64_t p = 0; p < 64 * MiB; p += MiB)
+        for (uint64_t k = 0; k < 8; k++)
+            rd(&g, 8, 64 * MiB, p + k * 128 * 1024, MiB - k * 128 * 1024, 0);
+    ck_assert_uint_ge(g.n, AN_EVAL);
+    /* 16 chunks in each file, each read once in the record */
+    ck_assert_uint_eq(job(&g)->ring_n, 32);
+    expect(&g, AN_SEQ_LARGE);
+}
+END_TEST
+
 START_TEST(test_random_small)
 {
     gen g;
@@ -428,6 +450,7 @@ static Suite *suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sequential_large);
+    tcase_add_test(tc, test_continuation_samples);
     tcase_add_test(tc, test_random_small);
     tcase_add_test(tc, test_epoch_first_pass);
     tcase_add_test(tc, test_epoch_shuffled);

@@ -424,7 +424,7 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
 {
     an_job *j = job_of(a, r);
     an_stream *st = NULL, *lru = NULL;
-    uint64_t end, first, last;
+    uint64_t end, first, last, seen;
     int vote;
 
     if (!j || chunk_size == 0 || len == 0)
@@ -480,7 +480,12 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
             vote = AN_V_RAND;
     } else {
         int64_t step = (int64_t)(off - st->prev_off);
-        if (off >= st->prev_off && off <= st->next_off && end > st->next_off)
+        /* A continuation starts within or at the end of the last read and
+         * goes no shorter: also a client asking again for the rest of a
+         * reply that came short (inline bytes when a chunk had no arena
+         * block). */
+        if (off >= st->prev_off && off <= st->next_off && end >= st->next_off &&
+            (off > st->prev_off || end > st->next_off))
             vote = AN_V_SEQ;
         else if (st->stride && step == st->stride && off > st->next_off)
             vote = AN_V_STRIDE;
@@ -490,6 +495,9 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
             vote = AN_V_RAND;
         st->stride = step;
     }
+    /* A continuation's first chunk may be the one the last read ended in:
+     * the reader still holds it, so it is not a re-read for the record. */
+    seen = vote == AN_V_SEQ && st->next_off > 0 ? (st->next_off - 1) / chunk_size : UINT64_MAX;
     st->prev_off = off;
     st->next_off = end;
     st->used = j->requests;
@@ -502,7 +510,9 @@ void analysis_read(analysis *a, an_ref r, uint64_t file_key, uint64_t file_size,
     /* the chunks it touches, sampled */
     first = off / chunk_size;
     last = (end - 1) / chunk_size;
-    if (last - first > 64)              /* a READX covers at most a few chunks */
+    if (seen != UINT64_MAX && first <= seen)
+        first = seen + 1;
+    if (first <= last && last - first > 64)     /* a READX covers at most a few chunks */
         last = first + 64;
     for (uint64_t c = first; c <= last; c++) {
         uint64_t clen = file_size - c * chunk_size;

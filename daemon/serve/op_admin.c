@@ -509,7 +509,6 @@ void admin_analyze(conn *c, uint32_t req_id, uint64_t jobid)
 {
     server *s = c->srv;
     const gr_config *cfg = s->d.cfg;
-    policy_kind k;
     anreq *q = calloc(1, sizeof(*q));
 
     if (!q || !(q->jobs = malloc(AN_MAX_JOBS * sizeof(an_job))) ||
@@ -539,8 +538,9 @@ void admin_analyze(conn *c, uint32_t req_id, uint64_t jobid)
     q->caps.dram_capacity = cfg->dram_capacity;
     q->caps.nvme_capacity = s->d.nvme ? cfg->nvme_capacity : 0;
     q->caps.chunk_size = cfg->chunk_size;
-    q->caps.dram_policy = policy_kind_parse(cfg->dram_policy, &k) == 0 ? (int)k : -1;
-    q->caps.nvme_policy = policy_kind_parse(cfg->nvme_policy, &k) == 0 ? (int)k : -1;
+    /* the tiers' policies now (with policy = auto, what it chose) */
+    q->caps.dram_policy = (int)dram_policy_kind(s->d.dram);
+    q->caps.nvme_policy = s->d.nvme ? nvme_policy_kind(s->d.nvme) : -1;
     q->job.run = analyze_run;
     q->job.done = analyze_done;
     q->c = conn_ref(c);
