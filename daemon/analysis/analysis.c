@@ -802,6 +802,14 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
         if (ts->hit[0] < 0)
             continue;
         human(a, sizeof(a), (double)ts->capacity);
+        if (cur >= 0 && cur < POLICY_NKINDS && ts->best != cur &&
+            ts->hit[ts->best] < ts->hit[cur] + AN_AUTO_MARGIN) {
+            rec(r, "[%s] policy = %s (as now): expected hit ratio %.2f at %s, within %.2f of the "
+                "best (%s %.2f; static %.2f; Belady's MIN %.2f)", ts->tier,
+                an_row_name(cur), ts->hit[cur], a, AN_AUTO_MARGIN, an_row_name(ts->best),
+                ts->hit[ts->best], ts->hit[AN_ROW_STATIC], ts->hit[AN_ROW_BELADY]);
+            continue;
+        }
         rec(r, "[%s] policy = %s: expected hit ratio %.2f at %s (now %s: %.2f; static %.2f; "
             "Belady's MIN %.2f)", ts->tier, an_row_name(ts->best), ts->hit[ts->best], a,
             an_row_name(cur), cur >= 0 && cur < POLICY_NKINDS ? ts->hit[cur] : -1.0,
