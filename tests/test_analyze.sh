@@ -9,7 +9,9 @@
 #     each job's class; the epoch job's recommended DRAM policy is what
 #     bench/simulate finds best on the daemon's own trace_file of that job;
 #     --job, bad arguments, an unknown job; the metrics page has the
-#     verdicts; another user sees only their own jobs.
+#     verdicts; another user sees only their own jobs; --plot writes a
+#     chart per job; --tree DIR (offline) counts files, sizes and the
+#     metadata load of an epoch, and advises packing only for small files.
 #  3. policy = auto: simulated over the traces (bench/analyze --auto, the
 #     daemon's rule and policy_switch) within 0.02 of the best fixed policy
 #     at D/C 1.1, 2 and 10; in a real daemon on a shuffled-epoch job, the
@@ -181,6 +183,40 @@ $CTL $S analyze --frobnicate > /dev/null 2>&1
 check "analyze --frobnicate: exit 2" test $? -eq 2
 $CTL analyze --help | grep -q "usage: granaryctl analyze"
 check "analyze --help" test $? -eq 0
+
+# --plot: a chart per job (gnuplot)
+mkdir -p "$dir/plots"
+$CTL $S analyze --plot "$dir/plots" > /dev/null 2> "$dir/plot.err"
+check "analyze --plot: exit 0" test $? -eq 0
+n=$(ls "$dir/plots"/job*_hit_ratio.png 2>/dev/null | wc -l)
+check "analyze --plot: a PNG per job ($n)" test "$n" -ge 5
+head -c 8 "$(ls "$dir/plots"/job*_hit_ratio.png | head -1)" | od -An -c | grep -q "P   N   G"
+check "analyze --plot: they are PNG files" test $? -eq 0
+$CTL $S analyze --plot "$dir/nope" > /dev/null 2>&1
+check "analyze --plot of no directory: exit 2" test $? -eq 2
+
+# --tree: offline, no daemon needed
+$CTL -s "$dir/none.sock" analyze --tree "$dir/src/small" --chunk 1M --json > "$dir/tree.json"
+check "analyze --tree --json: exit 0 (no daemon asked)" test $? -eq 0
+check "analyze --tree: 3000 files, all below a chunk, 6001 metadata operations an epoch" \
+    test "$($PY -c '
+import json, sys; t = json.load(open(sys.argv[1]))
+print(t["files"], t["below_chunk"], t["epoch_metadata_ops"], sum(s["files"] for s in t["sizes"]))' "$dir/tree.json")" = "3000 3000 6001 3000"
+$CTL analyze --tree "$dir/src/small" --chunk 1M --plot "$dir/plots" > "$dir/tree.txt" 2>&1
+check "analyze --tree --plot: exit 0" test $? -eq 0
+grep -q "packing: 100% of the files are smaller than a chunk" "$dir/tree.txt" &&
+    grep -q "granaryctl dataset add $dir/src/small" "$dir/tree.txt"
+check "analyze --tree: packing and dataset recommendations" test $? -eq 0
+check "analyze --tree --plot: tree_sizes.png" test -s "$dir/plots/tree_sizes.png"
+$CTL analyze --tree "$dir/src/big" > "$dir/tree2.txt"
+grep -q "nothing to change for the layout" "$dir/tree2.txt" && ! grep -q packing "$dir/tree2.txt"
+check "analyze --tree of 4 large files: no packing advice" test $? -eq 0
+$CTL analyze --tree "$dir/nope" > /dev/null 2>&1
+check "analyze --tree of no directory: exit 1" test $? -eq 1
+$CTL analyze --tree "$dir/src" --job 1 > /dev/null 2>&1
+check "analyze --tree with --job: exit 2" test $? -eq 2
+$CTL analyze --tree "$dir/src" --chunk zz > /dev/null 2>&1
+check "analyze --chunk zz: exit 2" test $? -eq 2
 
 # another user sees only their own jobs
 user=granary-test
