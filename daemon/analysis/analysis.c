@@ -849,8 +849,8 @@ int analysis_report(const an_job *j, const an_caps *caps, an_report *r)
             "only for data read again (%.0f%% of the sampled chunk reads were re-reads)",
             100.0 * rf.reuse);
     } else if (r->cls == AN_RANDOM_SMALL && rf.hot >= 0.4) {
-        rec(r, "a hot set: %.0f%% of the reads come back soon; a frequency-aware policy keeps it",
-            100.0 * rf.hot);
+        rec(r, "a hot set: %.0f%% of the reads come back soon; the policy lines above rank which "
+            "policy keeps it best at this capacity", 100.0 * rf.hot);
     }
     if (j->files_seen >= 64 && r->small_file_share >= 0.5 && r->file_p50 <= chunk / 8) {
         human(c, sizeof(c), (double)r->file_p50);
