@@ -610,6 +610,29 @@ START_TEST(test_analyze_from_the_spec)
         ck_assert_int_eq(m.h.status, 0);
         ck_assert_uint_eq(rec_find(&m, "job", NULL, NULL), id);
     }
+    /* 16 pipelined: each answered, with the report or -EBUSY (at most a
+     * few are built at a time), and the connection kept */
+    {
+        struct iovec iov = { req, 0 };
+        int ok = 0, busy = 0, got[4], ngot;
+        len = proto_enc_admin(req, sizeof(req), 50, PROTO_ADMIN_ANALYZE, NULL, 0);
+        iov.iov_len = (size_t)len;
+        for (int i = 0; i < 16; i++)
+            ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), len);
+        for (int i = 0; i < 16; i++) {
+            size_t used;
+            ssize_t n = gr__recv_fds(fd, rbuf, sizeof(rbuf), got, 4, &ngot, 0, NULL);
+            ck_assert_int_gt(n, 0);
+            ck_assert_int_eq(proto_decode(rbuf, (size_t)n, &m, &used), 0);
+            ok += m.h.status == 0;
+            busy += m.h.status == -EBUSY;
+        }
+        ck_assert_int_eq(ok + busy, 16);
+        ck_assert_int_ge(ok, 1);
+        len = proto_enc_admin(req, sizeof(req), 51, PROTO_ADMIN_HEALTH, NULL, 0);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+    }
     close(fd);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
     tu_daemon_fini(&d);

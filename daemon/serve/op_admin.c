@@ -17,6 +17,7 @@
 #include "serve_int.h"
 
 #define ADMIN_MAX_FILES (1u << 22)      /* files one command may cover */
+#define ANALYZE_MAX_INFLIGHT 4          /* ANALYZE requests being built, daemon-wide */
 
 /* Which commands are for root and [daemon] admin_group only. */
 static int admin_only(uint8_t cmd)
@@ -477,6 +478,7 @@ static void analyze_done(wq_job *j)
     conn *c = q->c;
     recbuf rb;
 
+    c->srv->analyze_inflight--;
     if (c->dead)
         goto out;
     if (q->rc < 0) {
@@ -505,36 +507,50 @@ out:
     free(q);
 }
 
+/* Whether the caller may see job j and asked for it.  Anyone may ask;
+ * only root and the admin group see other uids' jobs. */
+static int analyze_wants(const conn *c, const an_job *j, uint64_t jobid)
+{
+    if (!j || (jobid && j->id != jobid) || (!c->is_admin && j->uid != (uint32_t)c->cred.uid))
+        return 0;
+    return jobid || j->requests > 0;    /* (granaryctl's own connection, for one) */
+}
+
 void admin_analyze(conn *c, uint32_t req_id, uint64_t jobid)
 {
     server *s = c->srv;
     const gr_config *cfg = s->d.cfg;
-    anreq *q = calloc(1, sizeof(*q));
+    size_t want = 0;
+    anreq *q;
 
-    if (!q || !(q->jobs = malloc(AN_MAX_JOBS * sizeof(an_job))) ||
-        !(q->reps = calloc(AN_MAX_JOBS, sizeof(an_report)))) {
+    /* Each one copies up to AN_MAX_JOBS records (about 5 MiB) and replays
+     * them: a few at a time for the whole daemon, whoever asks. */
+    if (s->analyze_inflight >= ANALYZE_MAX_INFLIGHT) {
+        reply_error(c, PROTO_OP_ADMIN, req_id, -EBUSY,
+                    "analyses are running already; ask again when they end");
+        return;
+    }
+    for (unsigned i = 0; i < AN_MAX_JOBS; i++)
+        want += analyze_wants(c, analysis_job(s->an, i), jobid);
+    if (jobid && want == 0) {
+        reply_error(c, PROTO_OP_ADMIN, req_id, -ENOENT, "no such job (or not one of yours)");
+        return;
+    }
+    q = calloc(1, sizeof(*q));
+    if (!q || !(q->jobs = malloc((want + 1) * sizeof(an_job))) ||
+        !(q->reps = calloc(want + 1, sizeof(an_report)))) {
         if (q)
             free(q->jobs);
         free(q);
         reply_error(c, PROTO_OP_ADMIN, req_id, -ENOMEM, NULL);
         return;
     }
-    /* Anyone may ask; only root and the admin group see other uids' jobs. */
-    for (unsigned i = 0; i < AN_MAX_JOBS; i++) {
+    for (unsigned i = 0; i < AN_MAX_JOBS && q->n < want; i++) {
         const an_job *j = analysis_job(s->an, i);
-        if (!j || (jobid && j->id != jobid) || (!c->is_admin && j->uid != (uint32_t)c->cred.uid))
-            continue;
-        if (!jobid && j->requests == 0)     /* (granaryctl's own connection, for one) */
-            continue;
-        q->jobs[q->n++] = *j;
+        if (analyze_wants(c, j, jobid))
+            q->jobs[q->n++] = *j;
     }
-    if (jobid && q->n == 0) {
-        free(q->jobs);
-        free(q->reps);
-        free(q);
-        reply_error(c, PROTO_OP_ADMIN, req_id, -ENOENT, "no such job (or not one of yours)");
-        return;
-    }
+    s->analyze_inflight++;
     q->caps.dram_capacity = cfg->dram_capacity;
     q->caps.nvme_capacity = s->d.nvme ? cfg->nvme_capacity : 0;
     q->caps.chunk_size = cfg->chunk_size;

@@ -104,6 +104,7 @@ struct server {
     unsigned nconns, next_id;
     gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
     analysis *an;               /* how each job reads (analysis.h) */
+    unsigned analyze_inflight;  /* ANALYZE replies being built (op_admin.c) */
     /* policy = auto (auto.c) */
     struct event *auto_ev;      /* the tick */
     int auto_busy, auto_stopped;        /* a replay in flight; stopped */
