@@ -9,7 +9,7 @@
 cd "$(dirname "$0")/.."
 NAME=preload
 . tests/lib.sh
-PRE=$PWD/build/libgranary_preload.so
+PRE=${PRE:-$PWD/build/libgranary_preload.so}
 PY=/usr/bin/python3
 served() {  # the daemon's bytes_served
     $CTL -s "$dir/sock" stats --json | sed -n 's/.*"bytes_served": *\([0-9]*\).*/\1/p'
@@ -60,6 +60,27 @@ check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.p
 run_both python 5000000 $PY -c \
     'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' "$dir/src/big.bin"
 run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
+# Duplicated and inherited descriptors: dd opens its input and dup2()s it
+# onto 0 (stdin is /dev/null here, so the open gets another number); a
+# shell redirect opens in the shell and the program inherits the
+# descriptor across exec; Python's os.dup is fcntl(F_DUPFD_CLOEXEC) and
+# os.dup2(inheritable=False) is dup3.
+run_both dd 5000000 sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin"
+run_both "shell redirect" 5000000 sh -c 'cat < "$1"' sh "$dir/src/big.bin"
+run_both "redirect to fd 3" 5000000 sh -c 'exec 3< "$1"; cat <&3' sh "$dir/src/big.bin"
+run_both "python dup" 5000000 $PY -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+d = os.dup(fd)
+os.close(fd)
+e = os.dup2(d, 50, inheritable=False)
+os.close(d)
+while True:
+    b = os.read(e, 1 << 20)
+    if not b:
+        break
+    sys.stdout.buffer.write(b)
+' "$dir/src/big.bin"
 b=$(served)
 env LD_PRELOAD="$PRE" GRANARY_CONFIG="$dir/g.conf" GRANARY_SOCKET= GRANARY_PRELOAD_ROOTS= \
     cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
