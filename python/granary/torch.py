@@ -139,7 +139,7 @@ class GranaryDataset(_Base):
         if self.lazy:
             return self.sample_ref(index)
         path = self.files[index]
-        with self._get_client().open(path) as f:
+        with self._get_client().open(path, buffering=0) as f:
             data = f.readall()
         return self.transform(data) if self.transform is not None else data
 
@@ -337,7 +337,7 @@ def read_tensor(path, offset=0, length=None, device=None, client=None, stream=No
     torch = _cuda_or_raise("read_tensor")
     c = client if client is not None else granary.default_client()
     if length is None:
-        with c.open(path) as f:
+        with c.open(path, buffering=0) as f:
             length = max(0, f.size - offset)
     t = out if out is not None else torch.empty(max(1, length), dtype=torch.uint8,
                                                 device=device or "cuda")
@@ -420,7 +420,7 @@ class DeviceCollate:
     def _file(self, c, path):
         f = self._files.pop(path, None)
         if f is None or f.closed:
-            f = c.open(path)
+            f = c.open(path, buffering=0)
         self._files[path] = f           # now the most recently used
         if len(self._files) > self.max_open:
             self._files.pop(next(iter(self._files))).close()
