@@ -93,6 +93,7 @@
 #include "granary.h"
 #include "clock.h"
 #include "ini.h"
+#include "preload_int.h"
 
 #define PL_MAX_ROOTS 16
 #define PL_BOUNCE (1u << 20)            /* bytes per copy_file_range/sendfile call */
@@ -349,6 +350,7 @@ __attribute__((constructor)) static void pl_setup(void)
 #undef PL_RESOLVE
     pthread_atfork(pl_atfork_prepare, pl_atfork_parent, pl_atfork_child);
     pl_scan_inherited();
+    pl__stdio_setup();
 }
 
 /* ------------------------------------------------------------------ */
@@ -1180,4 +1182,47 @@ int __fxstat64(int ver, int fd, struct stat64 *st)
     if (r == 0)
         pl_fix_size(fd, st->st_dev, st->st_ino, &st->st_size);
     return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* For preload_stdio.c (contracts in preload_int.h).                   */
+
+int pl__busy(void)
+{
+    return pl_busy;
+}
+
+int pl__served(int fd)
+{
+    pl_file *pf = pl_get(fd);
+
+    pl_put(pf);
+    return pf != NULL;
+}
+
+int pl__candidate(int fd)
+{
+    struct stat st;
+    char link[64], path[PATH_MAX], dpath[PATH_MAX];
+    ssize_t n;
+    int fl, ok = 0, e = errno;
+
+    if (fd < 0 || pl_busy)
+        return 0;
+    pl_busy++;
+    pthread_once(&pl.once, pl_init_once);
+    fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
+    if (pl.off || fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & O_PATH) ||
+        CALL_REAL(fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
+        goto out;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    if (n <= 0 || path[0] != '/')
+        goto out;
+    path[n] = '\0';
+    ok = pl_map_path(path, dpath, sizeof(dpath));
+out:
+    pl_busy--;
+    errno = e;
+    return ok;
 }

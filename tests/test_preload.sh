@@ -68,6 +68,21 @@ run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
 run_both dd 5000000 sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin"
 run_both "shell redirect" 5000000 sh -c 'cat < "$1"' sh "$dir/src/big.bin"
 run_both "redirect to fd 3" 5000000 sh -c 'exec 3< "$1"; cat <&3' sh "$dir/src/big.bin"
+# stdio: sha256sum fopen()s and fread()s; `md5sum < file` reads stdin;
+# sed getline()s; numpy.load reads the header with Python and the array
+# with fread on an fdopen()ed dup of the descriptor.
+head -c 1000000 /dev/urandom | od -An -tx1 > "$dir/src/text.txt"
+text_bytes=$(wc -c < "$dir/src/text.txt")
+run_both sha256sum 5000000 sha256sum "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty"
+run_both "md5sum redirect" 5000000 sh -c 'md5sum < "$1"' sh "$dir/src/big.bin"
+run_both sed "$text_bytes" sed -n 's/ 0a / X /p' "$dir/src/text.txt"
+$PY -c 'import numpy as np, sys; np.random.seed(1); np.save(sys.argv[1], np.random.rand(500000))' \
+    "$dir/src/arr.npy"
+run_both numpy.load 4000000 $PY -c '
+import numpy as np, sys
+a = np.load(sys.argv[1])
+sys.stdout.buffer.write(a.tobytes())
+' "$dir/src/arr.npy"
 run_both "python dup" 5000000 $PY -c '
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -206,14 +221,73 @@ def reuse():
         os.close(x)
 
 
+def stdio():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    P, L, I = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for name, res, args in [("fopen", P, [ctypes.c_char_p, ctypes.c_char_p]),
+                            ("fdopen", P, [I, ctypes.c_char_p]),
+                            ("fread", ctypes.c_size_t, [P, ctypes.c_size_t, ctypes.c_size_t, P]),
+                            ("fseek", I, [P, L, I]), ("ftell", L, [P]), ("fgetc", I, [P]),
+                            ("ungetc", I, [I, P]), ("fileno", I, [P]), ("fclose", I, [P]),
+                            ("feof", I, [P]), ("fgets", P, [P, I, P])]:
+        fn = getattr(libc, name)
+        fn.restype, fn.argtypes = res, args
+
+    def fread(fp, n):
+        buf = ctypes.create_string_buffer(n)
+        got = libc.fread(buf, 1, n, fp)
+        return buf.raw[:got]
+
+    fp = libc.fopen(big.encode(), b"rb")
+    assert fp
+    fd = libc.fileno(fp)
+    assert fd >= 0 and os.fstat(fd).st_size == len(data), fd
+    assert fread(fp, 1000) == data[:1000]
+    assert libc.fgetc(fp) == data[1000]
+    assert libc.ungetc(0x41, fp) == 0x41 and libc.fgetc(fp) == 0x41
+    assert libc.ftell(fp) == 1001
+    assert libc.fseek(fp, 3_000_000, os.SEEK_SET) == 0
+    assert fread(fp, 300_000) == data[3_000_000:3_300_000]   # larger than the buffer
+    assert libc.ftell(fp) == 3_300_000
+    assert libc.fseek(fp, -10, os.SEEK_END) == 0
+    assert fread(fp, 100) == data[-10:] and libc.feof(fp)
+    assert libc.fclose(fp) == 0
+    try:
+        os.fstat(fd)                       # fclose closed the descriptor
+        raise AssertionError("descriptor %d still open" % fd)
+    except OSError:
+        pass
+    fp = libc.fopen(os.path.join(src, "small.txt").encode(), b"re")
+    line = ctypes.create_string_buffer(100)
+    assert libc.fgets(line, 100, fp) and line.value == b"hello granary\n"
+    assert not libc.fgets(line, 100, fp) and libc.feof(fp)
+    libc.fclose(fp)
+    assert not libc.fopen(os.path.join(src, "nope").encode(), b"r")
+    assert ctypes.get_errno() == 2         # ENOENT, as glibc's fopen
+    fp = libc.fopen(os.path.join(out, "outside.txt").encode(), b"r")   # not served: glibc's
+    assert fread(fp, 100) == b"outside\n" and libc.fileno(fp) >= 0
+    libc.fclose(fp)
+    fd = os.open(big, os.O_RDONLY)
+    os.lseek(fd, 500, os.SEEK_SET)
+    fp = libc.fdopen(os.dup(fd), b"rb")    # numpy's way: the shared offset
+    assert fread(fp, 1000) == data[500:1500]
+    assert libc.ftell(fp) == 1500
+    libc.fclose(fp)
+    assert os.read(fd, 10) and os.fstat(fd)   # the original is still open
+    os.close(fd)
+
+
 globals()[test]()
 PY
-for t in offsets fork threads mmap_sendfile reuse; do
+for t in offsets fork threads mmap_sendfile reuse stdio; do
+    b=$(served)
     pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"
     check "semantics under the shim: $t" test $rc -eq 0
 done
+check "stdio streams were served (bytes_served +3000000)" grew "$b" 3000000
 
 # --- the daemon goes away ---------------------------------------------------------
 cat > "$dir/die.py" <<PY
@@ -244,8 +318,11 @@ check "daemon stopped cleanly" test $? -eq 0
 pid=
 check "daemon gone" test ! -e "$dir/sock"
 
-for name in cat "cmp same" "cmp differ" tar; do
+for name in cat "cmp same" "cmp differ" tar sha256sum "md5sum redirect" dd; do
     case $name in
+    sha256sum) set -- sha256sum "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty" ;;
+    "md5sum redirect") set -- sh -c 'md5sum < "$1"' sh "$dir/src/big.bin" ;;
+    dd) set -- sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin" ;;
     cat) set -- cat "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty" ;;
     "cmp same") set -- cmp "$dir/src/big.bin" "$dir/out/big.copy" ;;
     "cmp differ") set -- cmp "$dir/src/big.bin" "$dir/src/diff.bin" ;;
@@ -259,7 +336,7 @@ pre $PY -c 'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())'
     "$dir/src/big.bin" > "$dir/down.out" 2>&1
 echo "exit $?" >> "$dir/down.out"
 check "no daemon: python still identical" cmp -s "$dir/python.plain" "$dir/down.out"
-for t in offsets fork threads mmap_sendfile reuse; do
+for t in offsets fork threads mmap_sendfile reuse stdio; do
     pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"
