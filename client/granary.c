@@ -44,6 +44,7 @@
 #include "fdpass.h"
 #include "ini.h"
 #include "lcache.h"
+#include "path.h"
 #include "proto.h"
 #include "size.h"
 #include "usock.h"
@@ -793,7 +794,8 @@ static int lc_on(const gr_client *c)
 gr_file *gr_open(gr_client *c, const char *path)
 {
     uint8_t req[PROTO_HDR_LEN + PROTO_OPENX_PREFIX + PROTO_MAX_PATH];
-    size_t len = path ? strlen(path) : 0;
+    char abs[PROTO_MAX_PATH + 1];
+    size_t len;
     gr_file *f = NULL;
     proto_msg m;
     uint32_t id, want;
@@ -801,6 +803,16 @@ gr_file *gr_open(gr_client *c, const char *path)
     int rc, proof;
 
     pthread_mutex_lock(&c->lock);
+    if (path && *path && *path != '/') {
+        /* Relative: against this process's working directory, now. */
+        rc = gr__path_abs(path, abs, sizeof(abs));
+        if (rc < 0) {
+            fail(c, rc);
+            goto out;
+        }
+        path = abs;
+    }
+    len = path ? strlen(path) : 0;
     /* One round trip: the open and, where it costs no source read the
      * caller may not want (a file of one chunk, or chunks in DRAM), the
      * first chunk, kept as a lease for the reads that follow. */

@@ -74,7 +74,9 @@ gr_client *gr_connect(const char *socket_path);
 void gr_disconnect(gr_client *c);
 
 /*
- * Open path (absolute, under the daemon's roots) for reading.  The file's
+ * Open path (under the daemon's roots; a relative path is taken from the
+ * working directory at this call, lexically, like os.path.abspath) for
+ * reading.  The file's
  * identity and size are fixed at this moment: reads return these bytes or
  * fail with ESTALE, never a mix.  Returns a file the caller frees with
  * gr_close, or NULL with errno set.

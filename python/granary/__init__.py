@@ -136,7 +136,12 @@ class Client:
     def _connect(self):
         c = _lib.gr_connect(self._socket)
         if not c:
-            raise _error(None, self._socket.decode() if self._socket else None)
+            # libgranary's reason names the socket it tried and where that
+            # came from (argument, $GRANARY_SOCKET, the configuration).
+            err = ctypes.get_errno() or _errno.EIO
+            raw = _lib.gr_strerror_last(None)
+            msg = raw.decode("utf-8", "replace") if raw else os.strerror(err)
+            raise OSError(err, msg)
         self._c = c
         self._pid = os.getpid()
         self._gen += 1

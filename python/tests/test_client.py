@@ -363,13 +363,26 @@ class Errors(unittest.TestCase):
     def test_directory_and_relative_path(self):
         with self.assertRaises(OSError):
             granary.open(ROOT)
-        with self.assertRaises(OSError):
+        with self.assertRaises(PermissionError) as cm:      # from the cwd: outside the roots
             granary.open("relative/path")
+        self.assertIn(os.path.join(os.getcwd(), "relative/path"), str(cm.exception))
+        cwd = os.getcwd()
+        try:                            # relative: from the working directory
+            os.chdir(os.path.join(ROOT, "ds", "a"))
+            with granary.open("../../small.txt") as f:
+                self.assertEqual(f.read(), plain("small.txt"))
+            with granary.open("./s01.bin", buffering=0) as f:
+                self.assertEqual(f.read(), read_file(path("ds/a/s01.bin")))
+        finally:
+            os.chdir(cwd)
 
     def test_no_daemon(self):
+        sock = os.path.join(ROOT, "no-such-socket")
         with self.assertRaises(OSError) as cm:
-            granary.Client(os.path.join(ROOT, "no-such-socket"))
+            granary.Client(sock)
         self.assertIn(cm.exception.errno, (errno.ENOENT, errno.ECONNREFUSED))
+        self.assertIn(sock, str(cm.exception))          # which socket was tried
+        self.assertIn("granaryd", str(cm.exception))
 
     def test_closed_client(self):
         c = granary.Client(SOCKET)
