@@ -1226,3 +1226,29 @@ out:
     errno = e;
     return ok;
 }
+
+void *pl__file_get(int fd, gr_file **f, long long *size)
+{
+    pl_file *pf = pl_get(fd);
+
+    if (pf) {
+        *f = pf->f;
+        *size = (long long)pf->size;
+    }
+    return pf;
+}
+
+void pl__file_put(void *pf)
+{
+    pl_put(pf);
+}
+
+void pl__busy_enter(void)
+{
+    pl_busy++;
+}
+
+void pl__busy_leave(void)
+{
+    pl_busy--;
+}

@@ -21,6 +21,18 @@ PL_HIDDEN int pl__candidate(int fd);
  * descriptor 0 is a candidate (preload_stdio.c). */
 PL_HIDDEN void pl__stdio_setup(void);
 
+/* The served file of fd with a reference for the caller (dropped with
+ * pl__file_put, which may close it on the daemon), its gr_file in *f and
+ * its size (fixed at open) in *size; NULL when fd is not served. */
+struct gr_file;
+PL_HIDDEN void *pl__file_get(int fd, struct gr_file **f, long long *size);
+PL_HIDDEN void pl__file_put(void *pf);
+
+/* Mark this thread inside libgranary (every wrapper then calls the real
+ * function) and back; they nest. */
+PL_HIDDEN void pl__busy_enter(void);
+PL_HIDDEN void pl__busy_leave(void);
+
 /* Non-zero while this thread is inside libgranary or the shim's own
  * bookkeeping (then every wrapper calls the real function). */
 PL_HIDDEN int pl__busy(void);
