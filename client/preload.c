@@ -13,7 +13,9 @@
  * fd -> gr_file, provided the daemon's file is the kernel's (same device,
  * inode and size).  Then read, pread/pread64 (and __read_chk,
  * __pread*_chk), copy_file_range and sendfile on that descriptor are served
- * with gr_pread; everything else on it (mmap, readv, fstatat, ioctl ...)
+ * with gr_pread; read-only mmaps are made of the daemon's cached pages
+ * (preload_mmap.c) and stdio streams read through the shim
+ * (preload_stdio.c); everything else on it (readv, fstatat, ioctl ...)
  * goes to the real file, which holds the same bytes.
  *
  * Duplicates and inherited descriptors.  dup, dup2, dup3 and fcntl's
@@ -53,9 +55,9 @@
  * fdopen'ed stream, close_range, a raw syscall) and reused is never served
  * from the wrong file.
  *
- * Limits.  stdio (fopen/fread) uses glibc-internal calls and is not served;
- * nor are mmap, readv/preadv, io_uring or programs that make raw system
- * calls (Go): all of these read the real file, which is the fallback.  All
+ * Limits.  readv/preadv, io_uring, freopen'ed streams, writable mmaps and
+ * programs that make raw system calls (Go) are not served: they read the
+ * real file, which is the fallback.  All
  * served descriptors of a process share one connection, so reads by
  * several threads are serialised by libgranary, and at most 4096 are served
  * at once (the daemon's limit per connection; more fall through).  Paths
