@@ -13,6 +13,9 @@
 #   6. bench/warmup.sh granaryctl warmup of many small files on the DFS beside
 #                      a parallel cat of them
 #   7. bench/isolation.sh  what multi-user isolation costs on hot reads
+#   8. bench/meta.sh   the DFS's metadata operations per epoch (direct, Granary
+#                      with access proofs, Granary with a registered dataset)
+#                      and the stat rate, on MooseFS
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
@@ -24,8 +27,8 @@ mode=${BENCH_MODE:-quick}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
 export BENCH_MODE=$mode OUT
 case $mode in
-quick) local_mb=256 hot_mb=128 hot_rounds=2 warm_files=20000 ;;
-full) local_mb=1024 hot_mb=256 hot_rounds=3 warm_files=100000 ;;
+quick) local_mb=256 hot_mb=128 hot_rounds=2 warm_files=20000 meta_files=20000 ;;
+full) local_mb=1024 hot_mb=256 hot_rounds=3 warm_files=100000 meta_files=100000 ;;
 *) echo "bench: BENCH_MODE is quick or full" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
@@ -48,10 +51,13 @@ HOT_OUT=$OUT HOT_SIZE_MB=$hot_mb HOT_ROUNDS=$hot_rounds bench/hot.sh > /dev/null
 bench/sim.sh > /dev/null
 WARMUP_FILES=$warm_files bench/warmup.sh > /dev/null
 bench/isolation.sh > /dev/null
+{ echo "## Metadata operations per epoch (bench/meta.sh $meta_files)"; echo; echo '```';
+  bench/meta.sh "$meta_files" | grep -v '^META_'; echo '```'; } > "$OUT/meta.md" 2>&1 ||
+    echo "meta: failed (see $OUT/meta.md)" >> "$OUT/meta.md"
 
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation; do
+    for part in local hot sim warmup isolation meta; do
         echo
         cat "$OUT/$part.md"
     done

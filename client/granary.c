@@ -112,6 +112,7 @@ struct gr_client {
     uint64_t lc_env_max;                /* $GRANARY_LEASE_CACHE, UINT64_MAX unset */
     uint64_t lc_reported[4];            /* lease-cache counters as last reported */
     uint64_t report_ms;                 /* gr__now_ms() of the last report */
+    gr__meta *meta;                     /* attributes from the daemon's manifests (meta.c) */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
 
@@ -649,7 +650,9 @@ gr_client *gr_connect(const char *socket_path)
         if (v && *v && gr__size_parse(v, &b) == 0)
             c->lc_env_max = b;
     }
-    if (gr__lc_init(&c->lc, lc_release, c) < 0) {
+    if (gr__lc_init(&c->lc, lc_release, c) < 0 || !(c->meta = gr__meta_new())) {
+        if (c->meta)
+            gr__meta_free(c->meta);
         pthread_mutex_destroy(&c->lock);
         free(c);
         errno = ENOMEM;
@@ -696,6 +699,7 @@ void gr_disconnect(gr_client *c)
     }
     if (c->fd >= 0)
         close(c->fd);
+    gr__meta_free(c->meta);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -1906,6 +1910,37 @@ int gr__fail(gr_client *c, int err, const char *fmt, ...)
     pthread_mutex_unlock(&c->lock);
     errno = err;
     return -1;
+}
+
+gr__meta *gr__meta_of(gr_client *c)
+{
+    return c->meta;
+}
+
+int gr__call(gr_client *c, uint8_t op, gr__enc_fn enc, gr__dec_fn dec, void *arg)
+{
+    uint8_t req[PROTO_HDR_LEN + PROTO_READDIR_PREFIX + PROTO_MAX_PATH];
+    proto_msg m;
+    uint32_t id;
+    ssize_t len;
+    int rc;
+
+    pthread_mutex_lock(&c->lock);
+    id = take_id(c);
+    len = enc(arg, req, sizeof(req), id);
+    if (len < 0) {
+        rc = fail(c, (int)len);
+    } else {
+        rc = call_ok(c, req, (size_t)len, id, op, &m);
+        if (rc == 0) {
+            c->errtext[0] = '\0';
+            rc = dec(arg, &m);
+            if (rc < 0)
+                rc = fail(c, rc);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 int gr__report(gr_client *c, const char *const *names, const uint64_t *values, size_t n)

@@ -212,6 +212,11 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 #define GR_ADMIN_WARMUP_STATUS 8
 #define GR_ADMIN_WARMUP_CANCEL 9
 
+#define GR_ADMIN_DATASET_ADD    10  /* "path", "stamp" (a file), "recheck" (s) -> "id" */
+#define GR_ADMIN_DATASET_LIST   11  /* none -> per dataset "id", "path", "state", ... */
+#define GR_ADMIN_DATASET_REMOVE 12  /* "id" -> "id" */
+#define GR_ADMIN_DATASET_RESCAN 13  /* "id" -> "id" */
+
 typedef struct gr_field {
     const char *name;           /* NUL-terminated */
     int is_text;                /* 0: num holds the value; 1: text (len bytes + NUL) */
@@ -228,6 +233,42 @@ int gr_admin(gr_client *c, int cmd, const gr_field *args, size_t nargs, gr_field
  * thread's last gr_connect failed (the socket tried and where its path came
  * from, or the daemon's refusal), until its next gr_connect. */
 const char *gr_strerror_last(gr_client *c);
+
+/* ---- metadata from registered datasets ----
+ *
+ * For a directory tree an operator registered (granaryctl dataset add), the
+ * daemon keeps every file's attributes and the tree in a manifest, and
+ * answers stat and readdir from it with no operation on the file system,
+ * judging access itself (the daemon's [daemon] access_check = judge; with
+ * fd it leaves those to the file system, and so do these calls).  What the
+ * daemon cannot answer (a path in no registered dataset, access_check =
+ * fd, a daemon without STAT) these calls ask the file system, as the
+ * calling process.  Answers from manifests are as fresh as the dataset's
+ * stamp check (granaryctl(8), "dataset"), and the client keeps them for
+ * as long ($GRANARY_ATTR_CACHE entries, default 262144; 0: none).  A
+ * relative path is taken against the working directory.  Manifests list
+ * regular files and directories only.
+ */
+
+/* path's attributes (of the file itself: a manifest holds no links).  0, or
+ * -1 with errno (ENOENT: not there, as of the dataset's last scan). */
+int gr_stat(gr_client *c, const char *path, struct stat *st);
+
+typedef struct gr_dirent {
+    const char *name;           /* NUL-terminated; valid until the next gr_readdir */
+    unsigned char type;         /* DT_REG or DT_DIR (from the file system: its d_type) */
+    int has_stat;               /* st holds the entry's attributes (from a manifest) */
+    struct stat st;
+} gr_dirent;
+typedef struct gr_dir gr_dir;
+
+/* List directory path: in the manifest's order (sorted by name), 4096
+ * entries per round trip, without "." and "..".  NULL with errno on
+ * failure. */
+gr_dir *gr_opendir(gr_client *c, const char *path);
+/* The next entry, or NULL at the end (errno 0) or on failure (errno set). */
+const gr_dirent *gr_readdir(gr_dir *d);
+int gr_closedir(gr_dir *d);
 
 /* ---- GPU: cached bytes straight into device memory ----
  *

@@ -137,4 +137,25 @@ int gr__fail(gr_client *c, int err, const char *fmt, ...) __attribute__((format(
  */
 int gr__report(gr_client *c, const char *const *names, const uint64_t *values, size_t n);
 
+/*
+ * One request and its reply, for the request kinds outside granary.c
+ * (meta.c): enc(arg, buf, cap, id) encodes the request with id (its length,
+ * or -errno); the reply must be op's, and dec(arg, m) (m: the decoded
+ * proto_msg, valid during the call) takes what it needs (0, or -errno).
+ * Reconnects as every call does.  0, or -1 with errno and
+ * gr_strerror_last set (the daemon's error reply, the transport's, enc's or
+ * dec's).  Threads: takes the lock; enc and dec run with it held.
+ */
+struct proto_msg;
+typedef long (*gr__enc_fn)(void *arg, uint8_t *buf, size_t cap, uint32_t id);
+typedef int (*gr__dec_fn)(void *arg, const struct proto_msg *m);
+int gr__call(gr_client *c, uint8_t op, gr__enc_fn enc, gr__dec_fn dec, void *arg);
+
+/* The client's attribute cache (meta.c): made at gr_connect, freed at
+ * gr_disconnect. */
+typedef struct gr__meta gr__meta;
+gr__meta *gr__meta_new(void);
+void gr__meta_free(gr__meta *m);
+gr__meta *gr__meta_of(gr_client *c);
+
 #endif

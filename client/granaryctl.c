@@ -6,7 +6,9 @@
  * 2 usage error, 3 the daemon cannot be reached, 4 not allowed (admin
  * commands are for root and the daemon's admin_group).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,6 +47,11 @@ static void usage(FILE *out)
             "  warmup PATH... [--from-file LIST] [--wait] [--max-bandwidth RATE]\n"
             "                     read files and directories into the cache (admin)\n"
             "  warmup --status    list warmup jobs;  warmup --cancel ID  stop one (admin)\n"
+            "  dataset add DIR [--stamp FILE] [--recheck SECONDS]\n"
+            "                     keep DIR's tree and attributes in a manifest (admin)\n"
+            "  dataset list       registered datasets;  dataset remove|rescan ID (admin)\n"
+            "  stat PATH...       attributes as the daemon answers them (a manifest, else the file system)\n"
+            "  ls [-l] DIR        a directory's entries, the same way\n"
             "options:\n"
             "  -s, --socket PATH  the daemon's socket (default: $GRANARY_SOCKET, else the\n"
             "                     [daemon] socket of /etc/granary/granary.conf)\n"
@@ -294,6 +301,181 @@ static int cmd_path_admin(int argc, char **argv, int cmd)
             free(f);
         }
     }
+    gr_disconnect(c);
+    return rc;
+}
+
+/* ---- datasets, stat, ls ---- */
+
+static int dataset_usage(FILE *out, int rc)
+{
+    fprintf(out, "usage: granaryctl dataset add DIR [--stamp FILE] [--recheck SECONDS]\n"
+                 "       granaryctl dataset list\n"
+                 "       granaryctl dataset remove ID | rescan ID\n");
+    return rc;
+}
+
+static void print_dataset(const gr_field *f, size_t n)
+{
+    const char *st = ftext(f, n, "state"), *err = ftext(f, n, "error"), *stamp = ftext(f, n, "stamp");
+
+    printf("dataset %" PRIu64 " %s: %s, %" PRIu64 " files (%" PRIu64 " entries); stamp %s, checked "
+           "every %" PRIu64 " s (%" PRIu64 " checks, %" PRIu64 " rescans); last scan %" PRIu64
+           " dirs, %" PRIu64 " entries, %" PRIu64 " errors, %" PRIu64 " ms%s%s\n",
+           fnum(f, n, "id"), ftext(f, n, "path") ? ftext(f, n, "path") : "?", st ? st : "?",
+           fnum(f, n, "files"), fnum(f, n, "entries"), stamp && *stamp ? stamp : "(the top directory)",
+           fnum(f, n, "recheck"), fnum(f, n, "checks"), fnum(f, n, "rescans"),
+           fnum(f, n, "scan_dirs"), fnum(f, n, "scan_entries"), fnum(f, n, "scan_errors"),
+           fnum(f, n, "scan_ms"), err ? "; error: " : "", err ? err : "");
+}
+
+static int cmd_dataset(int argc, char **argv)
+{
+    gr_field args[3], *f = NULL;
+    size_t nargs = 0, n = 0;
+    char dir[PATH_MAX], stamp[PATH_MAX];
+    int cmd, rc = 0;
+    gr_client *c;
+
+    if (argc < 2)
+        return dataset_usage(stderr, EXIT_USAGE);
+    if (!strcmp(argv[1], "--help"))
+        return dataset_usage(stdout, 0);
+    if (!strcmp(argv[1], "add")) {
+        cmd = GR_ADMIN_DATASET_ADD;
+        if (argc < 3)
+            return dataset_usage(stderr, EXIT_USAGE);
+        if (!realpath(argv[2], dir)) {
+            fprintf(stderr, "granaryctl: dataset add %s: %s\n", argv[2], strerror(errno));
+            return EXIT_FAIL;
+        }
+        args[nargs++] = text_field("path", dir);
+        for (int i = 3; i < argc; i++) {
+            char *end;
+            if (!strcmp(argv[i], "--stamp") && i + 1 < argc) {
+                if (!realpath(argv[++i], stamp)) {
+                    fprintf(stderr, "granaryctl: dataset add --stamp %s: %s\n", argv[i],
+                            strerror(errno));
+                    return EXIT_FAIL;
+                }
+                args[nargs++] = text_field("stamp", stamp);
+            } else if (!strcmp(argv[i], "--recheck") && i + 1 < argc) {
+                unsigned long long v = strtoull(argv[++i], &end, 10);
+                if (*end || v == 0) {
+                    fprintf(stderr, "granaryctl: dataset add: --recheck takes whole seconds\n");
+                    return EXIT_USAGE;
+                }
+                args[nargs++] = (gr_field){ .name = "recheck", .num = v };
+            } else {
+                return dataset_usage(stderr, EXIT_USAGE);
+            }
+        }
+    } else if (!strcmp(argv[1], "list") && argc == 2) {
+        cmd = GR_ADMIN_DATASET_LIST;
+    } else if ((!strcmp(argv[1], "remove") || !strcmp(argv[1], "rescan")) && argc == 3) {
+        char *end;
+        unsigned long long v = strtoull(argv[2], &end, 10);
+        cmd = !strcmp(argv[1], "remove") ? GR_ADMIN_DATASET_REMOVE : GR_ADMIN_DATASET_RESCAN;
+        if (*end || v == 0) {
+            fprintf(stderr, "granaryctl: dataset %s: \"%s\" is not a dataset id\n", argv[1], argv[2]);
+            return EXIT_USAGE;
+        }
+        args[nargs++] = (gr_field){ .name = "id", .num = v };
+    } else {
+        return dataset_usage(stderr, EXIT_USAGE);
+    }
+    c = connect_or_die();
+    if (gr_admin(c, cmd, args, nargs, &f, &n) < 0) {
+        int e = errno;
+        fprintf(stderr, "granaryctl: dataset %s: %s\n", argv[1], gr_strerror_last(c));
+        rc = e == EPERM ? EXIT_DENIED : EXIT_FAIL;
+    } else if (cmd == GR_ADMIN_DATASET_LIST) {
+        size_t start = 0;
+        if (n == 0)
+            printf("no registered datasets\n");
+        /* Records run "id" first per dataset. */
+        for (size_t i = 1; i <= n; i++) {
+            if (i == n || !strcmp(f[i].name, "id")) {
+                print_dataset(f + start, i - start);
+                start = i;
+            }
+        }
+    } else if (cmd == GR_ADMIN_DATASET_ADD) {
+        printf("dataset %" PRIu64 " registered: %s (scanning; granaryctl dataset list)\n",
+               fnum(f, n, "id"), dir);
+    } else {
+        printf("dataset %s: %s\n", argv[2], cmd == GR_ADMIN_DATASET_REMOVE ? "removed" : "rescanning");
+    }
+    free(f);
+    gr_disconnect(c);
+    return rc;
+}
+
+static void print_attr(const char *name, const struct stat *st)
+{
+    printf("%s %06o %u %u %" PRIu64 " %lld.%09ld %" PRIu64 " %s\n", S_ISDIR(st->st_mode) ? "d" : "f",
+           (unsigned)(st->st_mode & 07777), (unsigned)st->st_uid, (unsigned)st->st_gid,
+           (uint64_t)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
+           (uint64_t)st->st_ino, name);
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+    gr_client *c;
+    int rc = 0;
+
+    if (argc < 2 || !strcmp(argv[1], "--help")) {
+        fprintf(argc < 2 ? stderr : stdout, "usage: granaryctl stat PATH...\n"
+                "prints: f|d MODE UID GID SIZE MTIME INODE PATH\n");
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    c = connect_or_die();
+    for (int i = 1; i < argc; i++) {
+        struct stat st;
+        if (gr_stat(c, argv[i], &st) < 0) {
+            fprintf(stderr, "granaryctl: stat %s: %s\n", argv[i],
+                    *gr_strerror_last(c) ? gr_strerror_last(c) : strerror(errno));
+            rc = EXIT_FAIL;
+        } else {
+            print_attr(argv[i], &st);
+        }
+    }
+    gr_disconnect(c);
+    return rc;
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+    int lng = argc > 1 && !strcmp(argv[1], "-l");
+    const char *path = argv[1 + lng];
+    const gr_dirent *e;
+    gr_client *c;
+    gr_dir *d;
+    int rc = 0;
+
+    if (argc != 2 + lng || !strcmp(path, "--help")) {
+        fprintf(argc != 2 + lng ? stderr : stdout, "usage: granaryctl ls [-l] DIR\n");
+        return argc != 2 + lng ? EXIT_USAGE : 0;
+    }
+    c = connect_or_die();
+    d = gr_opendir(c, path);
+    if (!d) {
+        fprintf(stderr, "granaryctl: ls %s: %s\n", path,
+                *gr_strerror_last(c) ? gr_strerror_last(c) : strerror(errno));
+        gr_disconnect(c);
+        return EXIT_FAIL;
+    }
+    while ((e = gr_readdir(d))) {
+        if (lng && e->has_stat)
+            print_attr(e->name, &e->st);
+        else
+            printf("%s%s\n", e->name, e->type == DT_DIR ? "/" : "");
+    }
+    if (errno) {
+        fprintf(stderr, "granaryctl: ls %s: %s\n", path, gr_strerror_last(c));
+        rc = EXIT_FAIL;
+    }
+    gr_closedir(d);
     gr_disconnect(c);
     return rc;
 }
@@ -824,6 +1006,12 @@ int main(int argc, char **argv)
         return cmd_path_admin(argc, argv, GR_ADMIN_UNPIN);
     if (!strcmp(argv[0], "warmup"))
         return cmd_warmup(argc, argv);
+    if (!strcmp(argv[0], "dataset"))
+        return cmd_dataset(argc, argv);
+    if (!strcmp(argv[0], "stat"))
+        return cmd_stat(argc, argv);
+    if (!strcmp(argv[0], "ls"))
+        return cmd_ls(argc, argv);
     fprintf(stderr, "granaryctl: unknown command \"%s\" (try --help)\n", argv[0]);
     return EXIT_USAGE;
 }

@@ -36,6 +36,7 @@
 #include "stats.h"
 #include "nvme.h"
 #include "warmup.h"
+#include "datasets.h"
 #include "workers.h"
 
 #define DEFAULT_CONFIG "/etc/granary/granary.conf"
@@ -149,6 +150,7 @@ int main(int argc, char **argv)
     judge *jg = NULL;
     proofs *pr = NULL;
     warmup *wu = NULL;
+    datasets *dsets = NULL;
     server *srv = NULL;
     metrics *met = NULL;
     FILE *trace = NULL;
@@ -269,6 +271,17 @@ int main(int argc, char **argv)
             goto fail;
         }
     }
+    {
+        char dir[PATH_MAX + 16];
+        snprintf(dir, sizeof(dir), "%s/datasets", cfg.nvme_path);
+        if (datasets_new(src, w, &stats, cfg.nvme_path[0] ? dir : NULL,
+                         (uint64_t)cfg.dataset_max_entries, &dsets, err, sizeof(err)) < 0) {
+            log_error("%s", err);
+            goto fail;
+        }
+        if (datasets_count(dsets))
+            log_info("%u registered datasets", datasets_count(dsets));
+    }
     if (cfg.trace_file[0]) {
         trace = fopen(cfg.trace_file, "ae");
         if (!trace) {
@@ -297,7 +310,7 @@ int main(int argc, char **argv)
     {
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w, .pr = pr,
-            .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats,
+            .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats, .jg = jg, .ds = dsets,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
             log_error("%s", err);
@@ -349,11 +362,14 @@ fail:
     if (srv)
         server_shutdown(srv);
     warmup_shutdown(wu);
+    if (dsets)
+        datasets_shutdown(dsets);
     if (sc)
         sched_drain(sc);
     workers_stop(&w);
     server_free(&srv);
     warmup_free(&wu);
+    datasets_free(&dsets);
     prefetcher_free(&pf);
     proofs_free(&pr);
     judge_free(&jg);

@@ -28,6 +28,8 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_HINT] = "hint",
     [PROTO_OP_REPORT] = "report",
     [PROTO_OP_OPENX] = "openx",
+    [PROTO_OP_STAT] = "stat",
+    [PROTO_OP_READDIR] = "readdir",
 };
 
 const char *proto_op_name(unsigned op)
@@ -246,6 +248,7 @@ static int dec_request(proto_msg *m, const uint8_t *b)
             return -EPROTO;
         return m->u.openx.len > PROTO_MAX_READX ? -EMSGSIZE : 0;
     case PROTO_OP_OPEN:
+    case PROTO_OP_STAT:
         if (n == 0)
             return -EPROTO;
         if (n > PROTO_MAX_PATH)
@@ -253,6 +256,21 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         m->u.open.path = (const char *)b;
         m->u.open.len = n;
         return 0;
+    case PROTO_OP_READDIR:
+        if (n <= PROTO_READDIR_PREFIX)
+            return -EPROTO;
+        if (n - PROTO_READDIR_PREFIX > PROTO_MAX_PATH)
+            return -EMSGSIZE;
+        m->u.readdir.cookie = get64(b);
+        m->u.readdir.max = get32(b + 8);
+        m->u.readdir.flags = get32(b + 12);
+        m->u.readdir.path = (const char *)b + PROTO_READDIR_PREFIX;
+        m->u.readdir.path_len = n - PROTO_READDIR_PREFIX;
+        if (m->u.readdir.flags & ~PROTO_READDIR_PLUS)
+            return -EPROTO;
+        if (m->u.readdir.max == 0)
+            return -EPROTO;
+        return m->u.readdir.max > PROTO_MAX_DIRENTS ? -EMSGSIZE : 0;
     case PROTO_OP_CLOSE:
         if (n != 4)
             return -EPROTO;
@@ -338,6 +356,45 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     }
     case PROTO_OP_CLOSE:
         return n == 0 ? 0 : -EPROTO;
+    case PROTO_OP_STAT:
+        if (n != PROTO_STAT_LEN || get32(b + PROTO_ATTR_LEN + 4) != 0)
+            return -EPROTO;
+        dec_attr(b, &m->u.stat.attr);
+        m->u.stat.valid_ms = get32(b + PROTO_ATTR_LEN);
+        return 0;
+    case PROTO_OP_READDIR: {
+        uint32_t count, flags, k = 0;
+        size_t off = PROTO_READDIR_REPLY;
+        if (n < PROTO_READDIR_REPLY || get32(b + 20) != 0)
+            return -EPROTO;
+        count = get32(b + 8);
+        flags = get32(b + 16);
+        if (flags & ~PROTO_READDIR_PLUS)
+            return -EPROTO;
+        if (count > PROTO_MAX_DIRENTS)
+            return -EMSGSIZE;
+        for (; k < count; k++) {
+            uint32_t nl;
+            if (n - off < 4)
+                return -EPROTO;
+            nl = get16(b + off + 2);
+            if ((b[off] != PROTO_DIRENT_DIR && b[off] != PROTO_DIRENT_REG) || b[off + 1] != 0 ||
+                nl == 0 || nl > 255 || n - off < PROTO_DIRENT_SIZE(nl, flags & PROTO_READDIR_PLUS))
+                return -EPROTO;
+            if (memchr(b + off + 4, '/', nl) || memchr(b + off + 4, '\0', nl))
+                return -EPROTO;
+            off += PROTO_DIRENT_SIZE(nl, flags & PROTO_READDIR_PLUS);
+        }
+        if (off != n)
+            return -EPROTO;
+        m->u.dirents.next = get64(b);
+        m->u.dirents.count = count;
+        m->u.dirents.valid_ms = get32(b + 12);
+        m->u.dirents.flags = flags;
+        m->u.dirents.ents = b + PROTO_READDIR_REPLY;
+        m->u.dirents.len = n - PROTO_READDIR_REPLY;
+        return 0;
+    }
     case PROTO_OP_STATS:
     case PROTO_OP_ADMIN:
     case PROTO_OP_HINT:
@@ -445,6 +502,111 @@ ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr 
         return -EMSGSIZE;
     put_attr(b, a);
     return PROTO_HDR_LEN + PROTO_ATTR_LEN;
+}
+
+ssize_t proto_enc_stat(void *buf, size_t cap, uint32_t req_id, const char *path, size_t len)
+{
+    uint8_t *b;
+
+    if (len == 0 || len > PROTO_MAX_PATH)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_STAT, 0, req_id, 0, len);
+    if (!b)
+        return -EMSGSIZE;
+    memcpy(b, path, len);
+    return (ssize_t)(PROTO_HDR_LEN + len);
+}
+
+ssize_t proto_enc_stat_reply(void *buf, size_t cap, uint32_t req_id, const proto_attr *a,
+                             uint32_t valid_ms)
+{
+    uint8_t *b = enc_begin(buf, cap, PROTO_OP_STAT, PROTO_F_REPLY, req_id, 0, PROTO_STAT_LEN);
+
+    if (!b)
+        return -EMSGSIZE;
+    put_attr(b, a);
+    put32(b + PROTO_ATTR_LEN, valid_ms);
+    put32(b + PROTO_ATTR_LEN + 4, 0);
+    return PROTO_HDR_LEN + PROTO_STAT_LEN;
+}
+
+ssize_t proto_enc_readdir(void *buf, size_t cap, uint32_t req_id, uint64_t cookie, uint32_t max,
+                          uint32_t flags, const char *path, size_t len)
+{
+    uint8_t *b;
+
+    if (len == 0 || len > PROTO_MAX_PATH || max == 0 || max > PROTO_MAX_DIRENTS ||
+        (flags & ~PROTO_READDIR_PLUS))
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_READDIR, 0, req_id, 0, PROTO_READDIR_PREFIX + len);
+    if (!b)
+        return -EMSGSIZE;
+    put64(b, cookie);
+    put32(b + 8, max);
+    put32(b + 12, flags);
+    memcpy(b + PROTO_READDIR_PREFIX, path, len);
+    return (ssize_t)(PROTO_HDR_LEN + PROTO_READDIR_PREFIX + len);
+}
+
+ssize_t proto_enc_readdir_reply(void *buf, size_t cap, uint32_t req_id, uint64_t next,
+                                uint32_t valid_ms, uint32_t flags, const proto_dirent *ents,
+                                uint32_t n)
+{
+    size_t body = PROTO_READDIR_REPLY;
+    int plus = (flags & PROTO_READDIR_PLUS) != 0;
+    uint8_t *b, *p;
+
+    if (n > PROTO_MAX_DIRENTS || (flags & ~PROTO_READDIR_PLUS))
+        return -EMSGSIZE;
+    for (uint32_t i = 0; i < n; i++) {
+        if (ents[i].name_len == 0 || ents[i].name_len > 255 ||
+            (ents[i].type != PROTO_DIRENT_DIR && ents[i].type != PROTO_DIRENT_REG) ||
+            memchr(ents[i].name, '/', ents[i].name_len) ||
+            memchr(ents[i].name, '\0', ents[i].name_len))
+            return -EMSGSIZE;
+        body += PROTO_DIRENT_SIZE(ents[i].name_len, plus);
+    }
+    b = enc_begin(buf, cap, PROTO_OP_READDIR, PROTO_F_REPLY, req_id, 0, body);
+    if (!b)
+        return -EMSGSIZE;
+    put64(b, next);
+    put32(b + 8, n);
+    put32(b + 12, valid_ms);
+    put32(b + 16, flags);
+    put32(b + 20, 0);
+    p = b + PROTO_READDIR_REPLY;
+    for (uint32_t i = 0; i < n; i++) {
+        p[0] = ents[i].type;
+        p[1] = 0;
+        put16(p + 2, (uint16_t)ents[i].name_len);
+        memcpy(p + 4, ents[i].name, ents[i].name_len);
+        p += 4 + ents[i].name_len;
+        if (plus) {
+            put_attr(p, &ents[i].attr);
+            p += PROTO_ATTR_LEN;
+        }
+    }
+    return (ssize_t)(PROTO_HDR_LEN + body);
+}
+
+int proto_dirent_next(const proto_msg *m, size_t *off, proto_dirent *out)
+{
+    const uint8_t *p;
+    int plus = (m->u.dirents.flags & PROTO_READDIR_PLUS) != 0;
+
+    if (*off >= m->u.dirents.len)
+        return 0;
+    p = m->u.dirents.ents + *off;
+    memset(out, 0, sizeof(*out));
+    out->type = p[0];
+    out->name_len = get16(p + 2);
+    out->name = (const char *)p + 4;
+    if (plus) {
+        dec_attr(p + 4 + out->name_len, &out->attr);
+        out->has_attr = 1;
+    }
+    *off += PROTO_DIRENT_SIZE(out->name_len, plus);
+    return 1;
 }
 
 ssize_t proto_enc_openx(void *buf, size_t cap, uint32_t req_id, uint64_t off, uint32_t len,

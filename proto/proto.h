@@ -50,6 +50,10 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_WARMUP = 7,     /* start or extend a warmup job (admin only) */
     PROTO_ADMIN_WARMUP_STATUS = 8, /* every warmup job's progress (anyone) */
     PROTO_ADMIN_WARMUP_CANCEL = 9, /* stop a warmup job (admin only) */
+    PROTO_ADMIN_DATASET_ADD = 10,   /* register a dataset and scan it (admin only) */
+    PROTO_ADMIN_DATASET_LIST = 11,  /* the registered datasets (anyone) */
+    PROTO_ADMIN_DATASET_REMOVE = 12, /* unregister one (admin only) */
+    PROTO_ADMIN_DATASET_RESCAN = 13, /* scan one again now (admin only) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 
@@ -66,6 +70,19 @@ typedef enum proto_admin_cmd {
 #define PROTO_OPENX_PREFIX 16           /* u64 off, u32 len, u32 flags; then the path */
 #define PROTO_OPENX_FIXED  (PROTO_ATTR_LEN + 8)  /* reply: attr, i32 read_status, u32 0 */
 
+/* STAT reply: attr, u32 valid_ms, u32 0.  READDIR request: u64 cookie,
+ * u32 max entries, u32 flags, then the path; reply: u64 next cookie (0:
+ * the end), u32 count, u32 valid_ms, u32 flags, u32 0, then the entries
+ * (u8 type, u8 0, u16 name_len, name, and with PROTO_READDIR_PLUS the
+ * 64-byte attributes). */
+#define PROTO_STAT_LEN        (PROTO_ATTR_LEN + 8)
+#define PROTO_READDIR_PREFIX  16
+#define PROTO_READDIR_REPLY   24
+#define PROTO_READDIR_PLUS    0x1u      /* entries with their attributes */
+#define PROTO_MAX_DIRENTS     4096      /* entries one READDIR may ask for */
+#define PROTO_DIRENT_DIR      4         /* DT_DIR */
+#define PROTO_DIRENT_REG      8         /* DT_REG */
+
 typedef enum proto_op {
     PROTO_OP_HELLO = 1,   /* version handshake and limits */
     PROTO_OP_OPEN  = 2,   /* path -> handle + attributes */
@@ -78,6 +95,8 @@ typedef enum proto_op {
     PROTO_OP_HINT  = 9,   /* append ranges to the connection's hint list (or clear it) */
     PROTO_OP_REPORT = 10, /* client-side counters (libgranary's GPU path), added to the daemon's */
     PROTO_OP_OPENX = 11,  /* open and read in one round trip (or read by path) */
+    PROTO_OP_STAT  = 12,  /* a path's attributes, from a registered dataset's manifest */
+    PROTO_OP_READDIR = 13, /* a directory's entries (and attributes), paged, from a manifest */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -172,6 +191,23 @@ typedef struct proto_msg {
             const char *path;              /* not NUL-terminated */
             uint32_t path_len;
         } openx;                           /* OPENX request */
+        struct {
+            proto_attr attr;               /* handle 0 */
+            uint32_t valid_ms;             /* how long the client may trust it */
+        } stat;                            /* STAT reply */
+        struct {
+            uint64_t cookie;               /* 0: from the start */
+            uint32_t max;                  /* 1..PROTO_MAX_DIRENTS */
+            uint32_t flags;                /* PROTO_READDIR_* */
+            const char *path;
+            uint32_t path_len;
+        } readdir;                         /* READDIR request */
+        struct {
+            uint64_t next;                 /* 0: no more */
+            uint32_t count, valid_ms, flags;
+            const uint8_t *ents;           /* see proto_dirent_next */
+            uint32_t len;
+        } dirents;                         /* READDIR reply */
         struct {
             proto_attr attr;               /* handle 0 with PROTO_OPENX_CLOSE */
             int32_t read_status;           /* 0: rx holds the bytes; -EAGAIN: not read
@@ -298,6 +334,31 @@ ssize_t proto_enc_hint(void *buf, size_t cap, uint32_t req_id, uint32_t flags,
 /* The range at *off (start at 0) of a decoded HINT request, advancing *off:
  * 1 when one was read, 0 at the end.  The decoder has checked them all. */
 int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out);
+
+/* STAT request (the path) and reply. */
+ssize_t proto_enc_stat(void *buf, size_t cap, uint32_t req_id, const char *path, size_t len);
+ssize_t proto_enc_stat_reply(void *buf, size_t cap, uint32_t req_id, const proto_attr *a,
+                             uint32_t valid_ms);
+/* READDIR request. */
+ssize_t proto_enc_readdir(void *buf, size_t cap, uint32_t req_id, uint64_t cookie, uint32_t max,
+                          uint32_t flags, const char *path, size_t len);
+/* One READDIR reply entry. */
+typedef struct proto_dirent {
+    uint8_t type;                  /* PROTO_DIRENT_DIR or _REG */
+    const char *name;              /* not NUL-terminated */
+    uint32_t name_len;             /* 1..255 */
+    int has_attr;
+    proto_attr attr;
+} proto_dirent;
+/* READDIR reply: n entries (each with attr when flags has PLUS). */
+ssize_t proto_enc_readdir_reply(void *buf, size_t cap, uint32_t req_id, uint64_t next,
+                                uint32_t valid_ms, uint32_t flags, const proto_dirent *ents,
+                                uint32_t n);
+/* Bytes one entry takes in a READDIR reply. */
+#define PROTO_DIRENT_SIZE(name_len, plus) (4 + (size_t)(name_len) + ((plus) ? PROTO_ATTR_LEN : 0))
+/* The entry at *off (start at 0) of a decoded READDIR reply, advancing *off:
+ * 1, or 0 at the end.  The decoder has checked them all. */
+int proto_dirent_next(const proto_msg *m, size_t *off, proto_dirent *out);
 
 /* A bodiless success reply (CLOSE, HINT, REPORT). */
 ssize_t proto_enc_ok(void *buf, size_t cap, uint8_t op, uint32_t req_id);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "granary.h"
 #include "judge.h"
 #include "testutil.h"
 
@@ -137,7 +138,14 @@ static void set_acl(tree *t, const char *path, const uint32_t (*e)[3], int n)
 
 /* Directories of several modes, owners and ACLs, each holding files of
  * several modes, owners and ACLs. */
+static void build_tree_in(tree *t, char *dir);
+
 static void build_tree(tree *t)
+{
+    build_tree_in(t, tu_mkdtemp());
+}
+
+static void build_tree_in(tree *t, char *dir)
 {
     static const mode_t dmodes[] = { 0700, 0710, 0711, 0750, 0755, 0701, 0705 };
     static const mode_t fmodes[] = { 0600, 0640, 0644, 0604, 0440, 0004, 0000, 0460 };
@@ -157,7 +165,7 @@ static void build_tree(tree *t)
                                         { 32, 0, 0 } };
     int di = 0;
 
-    t->dir = tu_mkdtemp();
+    t->dir = dir;
     t->acl_ok = 1;
     chmod(t->dir, 0755);
     for (size_t a = 0; a < sizeof(dmodes) / sizeof(dmodes[0]); a++)
@@ -272,6 +280,165 @@ START_TEST(test_against_the_kernel)
 }
 END_TEST
 
+/* ---- the daemon's verdicts (access_check = judge) against the kernel's ---- */
+
+/* In a child as cred: for each path, the kernel's verdicts (access(2) R_OK,
+ * stat(2)) and the daemon's over its socket (gr_open, gr_stat) as the
+ * daemon sees this peer (SO_PEERCRED, SO_PEERGROUPS).  out[i]: bit 0
+ * kernel read, 1 daemon read, 2 kernel stat, 3 daemon stat; the child
+ * fails if a daemon answer is neither a success nor EACCES/ENOENT. */
+static void daemon_verdicts(const tree *t, const access_cred *cred, const char *sock, char *out)
+{
+    int pfd[2];
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char v[NPATHS];
+        gr_client *c;
+        close(pfd[0]);
+        if (setgroups((size_t)(cred->ngroups > 0 ? cred->ngroups : 0), cred->groups) < 0 ||
+            setgid(cred->gid) < 0 || setuid(cred->uid) < 0)
+            _exit(3);
+        c = gr_connect(sock);
+        if (!c) {
+            fprintf(stderr, "as uid %u: %s\n", (unsigned)cred->uid, gr_strerror_last(NULL));
+            _exit(5);
+        }
+        for (int i = 0; i < t->n; i++) {
+            struct stat st;
+            gr_file *f = gr_open(c, t->paths[i]);
+            int open_err = errno;
+            v[i] = (char)((access(t->paths[i], R_OK) == 0) | (f != NULL) << 1 |
+                          (stat(t->paths[i], &st) == 0) << 2 | (gr_stat(c, t->paths[i], &st) == 0) << 3);
+            if (!f && open_err != EACCES) {
+                fprintf(stderr, "gr_open %s as uid %u: %s\n", t->paths[i], (unsigned)cred->uid,
+                        gr_strerror_last(c));
+                _exit(6);
+            }
+            gr_close(f);
+        }
+        gr_disconnect(c);
+        if (write(pfd[1], v, (size_t)t->n) != t->n)
+            _exit(4);
+        _exit(0);
+    }
+    close(pfd[1]);
+    {
+        ssize_t n = read(pfd[0], out, (size_t)t->n);
+        int st;
+        close(pfd[0]);
+        waitpid(pid, &st, 0);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child as uid %u failed (%d)",
+                      (unsigned)cred->uid, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        ck_assert_int_eq(n, t->n);
+    }
+}
+
+static int dataset_ready(void *arg, const char *name, uint64_t value)
+{
+    (void)arg;
+    (void)name;
+    (void)value;
+    return 0;
+}
+
+/* Register dir as a dataset and wait for its manifest. */
+static void register_dataset(const tu_daemon *d, const char *dir)
+{
+    gr_client *c = gr_connect(d->sock);
+    gr_field arg = { .name = "path", .is_text = 1, .text = dir, .len = strlen(dir) }, *out;
+    size_t n;
+    int ready = 0;
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_msg(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &n) == 0, "dataset add: %s",
+                  gr_strerror_last(c));
+    free(out);
+    for (int i = 0; i < 500 && !ready; i++) {
+        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &n), 0);
+        for (size_t k = 0; k < n; k++)
+            ready |= !strcmp(out[k].name, "state") && out[k].is_text && !strcmp(out[k].text, "ready");
+        free(out);
+        if (!ready)
+            tu_sleep_ms(20);
+    }
+    ck_assert_msg(ready, "the dataset's scan did not finish");
+    gr_disconnect(c);
+    (void)dataset_ready;
+}
+
+/*
+ * The matrix again, as an outsider sees the daemon: real users connect to a
+ * real granaryd with access_check = judge and open and stat each file, once
+ * judged on the file system (judge_read) and once from a registered
+ * dataset's manifest; every answer must be the kernel's for that user.
+ */
+START_TEST(test_daemon_judges_as_the_kernel)
+{
+    static const gid_t g1[] = { G1 }, g12[] = { G1, G2 };
+    access_cred creds[] = {
+        cred_of(U1, G1, 0, NULL), cred_of(U2, G2, 0, NULL), cred_of(U2, G1, 0, NULL),
+        cred_of(U2, G2, 1, g1), cred_of(U3, G3, 2, g12), cred_of(U3, G3, 0, NULL),
+    };
+    static tree t;
+    tu_daemon d;
+    char top[600];
+    int checks = 0, allowed = 0, stat_allowed = 0;
+
+    if (geteuid() != 0) {
+        fprintf(stderr, "check_access: SKIP the daemon against the kernel: needs root\n");
+        return;
+    }
+    tu_daemon_init(&d, "[daemon]\naccess_check = judge\nsocket_mode = 0666\n");
+    chmod(d.dir, 0755);
+    chmod(d.src, 0755);
+    snprintf(top, sizeof(top), "%s/tree", d.src);
+    ck_assert_int_eq(mkdir(top, 0755), 0);
+    memset(&t, 0, sizeof(t));
+    build_tree_in(&t, strdup(top));
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t lookups0 = tu_stat(&d, "dataset_lookups");
+        if (pass == 1)
+            register_dataset(&d, top);
+        for (size_t c = 0; c < sizeof(creds) / sizeof(creds[0]); c++) {
+            char v[NPATHS];
+            daemon_verdicts(&t, &creds[c], d.sock, v);
+            for (int i = 0; i < t.n; i++) {
+                int kr = v[i] & 1, dr = (v[i] >> 1) & 1, ks = (v[i] >> 2) & 1, ds = (v[i] >> 3) & 1;
+                ck_assert_msg(kr == dr, "%s: uid %u gid %u (+%d groups) %s: kernel %s reading, "
+                              "the daemon %s", pass ? "manifest" : "file system",
+                              (unsigned)creds[c].uid, (unsigned)creds[c].gid, creds[c].ngroups,
+                              t.paths[i], kr ? "allows" : "refuses", dr ? "allows" : "refuses");
+                ck_assert_msg(ks == ds, "%s: uid %u %s: kernel %s stat, the daemon %s",
+                              pass ? "manifest" : "file system", (unsigned)creds[c].uid,
+                              t.paths[i], ks ? "allows" : "refuses", ds ? "allows" : "refuses");
+                checks += 2;
+                allowed += kr;
+                stat_allowed += ks;
+            }
+        }
+        /* The second pass was the manifest's: every open and stat looked
+         * it up (else gr_stat's fallback to stat(2) would agree by itself). */
+        if (pass == 1)
+            ck_assert_uint_ge(tu_stat(&d, "dataset_lookups") - lookups0,
+                              2 * (uint64_t)t.n * (sizeof(creds) / sizeof(creds[0])));
+    }
+    fprintf(stderr, "check_access: the daemon agrees with the kernel on %d verdicts (%d reads and "
+            "%d stats allowed), judged on the file system and from a manifest\n", checks, allowed,
+            stat_allowed);
+    ck_assert_int_gt(allowed, checks / 20);
+    ck_assert_int_lt(allowed, checks / 2 - checks / 20);
+    ck_assert_int_lt(stat_allowed, checks / 2);
+    ck_assert_uint_gt(tu_stat(&d, "access_denied"), 0);
+    tu_daemon_fini(&d);
+    free(t.dir);
+}
+END_TEST
+
 /* A symbolic link on the way is refused, whatever it points to; a missing
  * file below a directory the peer may not search is EACCES, not ENOENT. */
 START_TEST(test_links_and_hidden)
@@ -322,6 +489,7 @@ static Suite *access_suite(void)
     tcase_add_test(tc, test_acl_decode);
     tcase_add_test(tc, test_against_the_kernel);
     tcase_add_test(tc, test_links_and_hidden);
+    tcase_add_test(tc, test_daemon_judges_as_the_kernel);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -63,7 +63,7 @@ typedef struct config_key {
 } config_key;
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
-static const char *const access_checks[] = { "fd", "none", NULL };
+static const char *const access_checks[] = { "fd", "judge", "none", NULL };
 static const char *const huge_pages_modes[] = { "auto", "hugetlb", "thp", "off", NULL };
 
 /* Eviction policies each tier implements.  Add a name here when a tier
@@ -88,6 +88,7 @@ static const config_key config_keys[] = {
       "512", "connections one user may hold, so that one user cannot lock out the others", CONFIG_LIVE },
     { "daemon", "access_check", KT_CHOICE, 0, FIELD(access_check), 0, 0, access_checks,
       "fd", "fd: serve a file only to a client that passes its own read fd of it; "
+      "judge: the daemon judges the peer's uid, groups, mode bits and ACLs itself (no client open); "
       "none: anyone who can open the socket reads everything (single-user nodes)", CONFIG_RESTART },
     { "daemon", "admin_group", KT_PATH, KF_EMPTY_OK, FIELD(admin_group), 0, 0, NULL,
       "granary-admin", "group allowed evict, invalidate, pin and unpin besides root; empty: root only", CONFIG_RESTART },
@@ -139,6 +140,9 @@ static const config_key config_keys[] = {
       "lru", "eviction policy of the NVMe tier", CONFIG_HOOK_NVME_POLICY },
     { "nvme", "inline_max", KT_SIZE, 0, FIELD(nvme_inline_max), 0, MIB, NULL,
       "64K", "chunks up to this size are stored inside RocksDB", CONFIG_RESTART },
+    { "dataset", "max_entries", KT_INT, 0, FIELD(dataset_max_entries), 16, 1 << 30, NULL,
+      "16777216", "files and directories one registered dataset may hold (a scan holds about 100 "
+      "bytes each in memory until its manifest is written); a bigger tree fails its scan", CONFIG_RESTART },
     { "metrics", "listen", KT_PATH, KF_EMPTY_OK, FIELD(metrics_listen), 0, 0, NULL,
       "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off", CONFIG_RESTART },
 };

@@ -31,7 +31,7 @@ typedef struct gr_config {
     log_level log_level;       /* error | warn | info | debug */
     int max_clients;           /* connections accepted at once, 1..65536 */
     int max_clients_per_uid;   /* of them, from one uid */
-    char access_check[8];      /* fd: OPEN needs the client's own fd of the file; none: trust the socket */
+    char access_check[8];      /* fd: OPEN needs the client's own fd; judge: the daemon judges; none: trust the socket */
     char trace_file[PATH_MAX]; /* chunk lookups are appended here; "" = off */
     char admin_group[64];      /* group whose members may run admin commands; "" = root only */
     /* [source] */
@@ -61,6 +61,8 @@ typedef struct gr_config {
     char nvme_policy[16];      /* lru */
     uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
     /* [metrics] */
+    /* [dataset] */
+    int dataset_max_entries;   /* entries one registered dataset's manifest may hold */
     char metrics_listen[128];  /* Prometheus endpoint: HOST:PORT or unix:/PATH; "" = off */
 } gr_config;
 

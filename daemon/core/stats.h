@@ -20,6 +20,10 @@
     X(counter, nvme_promotions,      "chunks copied from the NVMe tier up into DRAM") \
     X(counter, bytes_served,         "file bytes sent to clients") \
     X(counter, requests,             "requests received") \
+    X(counter, dataset_lookups,      "paths looked up in a dataset's manifest (stat, readdir, open, hints)") \
+    X(counter, dataset_scans,        "dataset scans finished (a new manifest each)") \
+    X(counter, dataset_opens,        "opens answered from a dataset's manifest (no file system operation)") \
+    X(counter, dataset_stamp_checks, "dataset stamps looked at (at most one per dataset per recheck)") \
     X(counter, read_requests,        "READ and READX requests (reads clients serve from kept leases never come)") \
     X(counter, request_errors,       "requests answered with an error") \
     X(counter, opens,                "files opened by clients") \
@@ -70,6 +74,8 @@
     X(gauge,   warmup_jobs_active,   "warmup jobs running or queued") \
     X(gauge,   writeback_queue_bytes, "bytes queued for writing to the NVMe tier") \
     X(gauge,   handles_open,         "files clients hold open (handles)") \
+    X(gauge,   datasets_registered,  "registered datasets (granaryctl dataset)") \
+    X(gauge,   dataset_entries,      "files and directories in the datasets' manifests") \
     X(gauge,   leases_active,        "leases held by clients") \
     X(gauge,   leased_bytes,         "arena bytes pinned by client leases") \
     X(gauge,   dram_used_bytes,      "arena bytes in use: cached, leased or in flight") \

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "serve_int.h"
 
 #define ADMIN_MAX_FILES (1u << 22)      /* files one command may cover */
@@ -21,7 +22,7 @@
 static int admin_only(uint8_t cmd)
 {
     return cmd != PROTO_ADMIN_HEALTH && cmd != PROTO_ADMIN_CONFIG &&
-           cmd != PROTO_ADMIN_WARMUP_STATUS;
+           cmd != PROTO_ADMIN_WARMUP_STATUS && cmd != PROTO_ADMIN_DATASET_LIST;
 }
 
 /* An ADMIN path command or HEALTH in flight. */
@@ -96,14 +97,23 @@ typedef struct admin_args {
     int has_job, has_seal, has_bw;
     uint64_t job, seal, bw;
     unsigned npaths;
+    const char *stamp;          /* DATASET_ADD: "stamp", or NULL */
+    uint32_t stamp_len;
+    int has_recheck, has_id;
+    uint64_t recheck, id;       /* DATASET_ADD "recheck" (seconds); REMOVE, RESCAN "id" */
 } admin_args;
+
+#define DATASET_RECHECK_DEFAULT 60      /* seconds between stamp checks */
+#define DATASET_RECHECK_MAX     (7 * 86400)
 
 /* Read the records of m: which names each command takes, their kinds.  0,
  * or -EINVAL with a reason in err. */
 static int parse_args(const proto_msg *m, admin_args *a, char *err, size_t errlen)
 {
     uint8_t cmd = m->u.admin.cmd;
-    int path_cmd = cmd <= PROTO_ADMIN_UNPIN, is_warmup = cmd == PROTO_ADMIN_WARMUP;
+    int path_cmd = cmd <= PROTO_ADMIN_UNPIN || cmd == PROTO_ADMIN_DATASET_ADD;
+    int is_warmup = cmd == PROTO_ADMIN_WARMUP, is_dsadd = cmd == PROTO_ADMIN_DATASET_ADD;
+    int by_id = cmd == PROTO_ADMIN_DATASET_REMOVE || cmd == PROTO_ADMIN_DATASET_RESCAN;
     size_t off = 0;
     proto_rec r;
 
@@ -129,6 +139,16 @@ static int parse_args(const proto_msg *m, admin_args *a, char *err, size_t errle
         } else if (is_warmup && proto_rec_is(&r, "bw") && r.kind == PROTO_REC_U64 && !a->has_bw) {
             a->has_bw = 1;
             a->bw = r.u64;
+        } else if (is_dsadd && proto_rec_is(&r, "stamp") && r.kind == PROTO_REC_STR && !a->stamp) {
+            a->stamp = r.str;
+            a->stamp_len = r.len;
+        } else if (is_dsadd && proto_rec_is(&r, "recheck") && r.kind == PROTO_REC_U64 &&
+                   !a->has_recheck) {
+            a->has_recheck = 1;
+            a->recheck = r.u64;
+        } else if (by_id && proto_rec_is(&r, "id") && r.kind == PROTO_REC_U64 && !a->has_id) {
+            a->has_id = 1;
+            a->id = r.u64;
         } else {
             snprintf(err, errlen, "unexpected field \"%.*s\" (or repeated, or of the wrong kind)",
                      (int)(r.name_len > 64 ? 64 : r.name_len), r.name);
@@ -141,6 +161,14 @@ static int parse_args(const proto_msg *m, admin_args *a, char *err, size_t errle
     }
     if (cmd == PROTO_ADMIN_WARMUP_CANCEL && (!a->has_job || a->job == 0 || a->job > UINT32_MAX)) {
         snprintf(err, errlen, "a \"job\" id is required");
+        return -EINVAL;
+    }
+    if (by_id && (!a->has_id || a->id == 0 || a->id > UINT32_MAX)) {
+        snprintf(err, errlen, "a dataset \"id\" is required");
+        return -EINVAL;
+    }
+    if (is_dsadd && a->has_recheck && (a->recheck == 0 || a->recheck > DATASET_RECHECK_MAX)) {
+        snprintf(err, errlen, "\"recheck\" must be 1 to %d seconds", DATASET_RECHECK_MAX);
         return -EINVAL;
     }
     if (is_warmup && (a->job > UINT32_MAX || a->seal > 1)) {
@@ -352,6 +380,71 @@ static int status_put(void *arg, const warmup_info *j)
     return rb->rc;
 }
 
+/* ---- datasets ---- */
+
+/* DATASET_ADD: "path" (a directory under a root), "stamp" (a file under a
+ * root whose change means the dataset changed; default the top directory),
+ * "recheck" (seconds between looks at the stamp).  The reply names the id;
+ * the scan runs in the background (DATASET_LIST shows it). */
+static void admin_dataset_add(conn *c, const proto_msg *m, const admin_args *args)
+{
+    server *s = c->srv;
+    char err[320] = "", *norm = NULL, *stamp = NULL;
+    int root, sroot, rc;
+    uint32_t id = 0;
+    recbuf rb;
+
+    rc = source_resolve(s->d.src, args->path, args->path_len, &norm, &root, err, sizeof(err));
+    if (rc == 0 && args->stamp)
+        rc = source_resolve(s->d.src, args->stamp, args->stamp_len, &stamp, &sroot, err,
+                            sizeof(err));
+    if (rc == 0) {
+        rc = datasets_add(s->d.ds, norm, root, stamp,
+                          args->has_recheck ? (double)args->recheck : DATASET_RECHECK_DEFAULT, &id);
+        if (rc == -EEXIST)
+            snprintf(err, sizeof(err), "%.200s is registered, or lies inside or around a "
+                     "registered dataset", norm);
+        else if (rc == -EROFS)
+            snprintf(err, sizeof(err), "datasets need the NVMe tier's directory ([nvme] path)");
+        else if (rc < 0)
+            snprintf(err, sizeof(err), "%s", strerror(-rc));
+    }
+    free(norm);
+    free(stamp);
+    if (rc < 0) {
+        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc, err);
+        return;
+    }
+    log_info("dataset %u registered by uid %u: %.*s", id, (unsigned)c->cred.uid,
+             (int)args->path_len, args->path);
+    if (rb_init(&rb, c, 64) == 0) {
+        rb_u64(&rb, "id", id);
+        rb_send(&rb, c, m->h.req_id);
+    }
+}
+
+static int dataset_put(void *arg, const dataset_info *i)
+{
+    recbuf *rb = arg;
+
+    rb_u64(rb, "id", i->id);
+    rb_str(rb, "path", i->path, strlen(i->path));
+    rb_str(rb, "stamp", i->stamp, strlen(i->stamp));
+    rb_u64(rb, "recheck", (uint64_t)i->recheck);
+    rb_str(rb, "state", i->state, strlen(i->state));
+    rb_u64(rb, "entries", i->entries);
+    rb_u64(rb, "files", i->files);
+    rb_u64(rb, "scan_dirs", i->scan_dirs);
+    rb_u64(rb, "scan_entries", i->scan_entries);
+    rb_u64(rb, "scan_errors", i->scan_errors);
+    rb_u64(rb, "scan_ms", i->scan_ms);
+    rb_u64(rb, "checks", i->checks);
+    rb_u64(rb, "rescans", i->rescans);
+    if (i->error[0])
+        rb_str(rb, "error", i->error, strlen(i->error));
+    return rb->rc;
+}
+
 /* ---- the command ---- */
 
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
@@ -402,6 +495,27 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
         return;
     case PROTO_ADMIN_WARMUP:
         admin_warmup(c, m, &args);
+        return;
+    case PROTO_ADMIN_DATASET_ADD:
+        admin_dataset_add(c, m, &args);
+        return;
+    case PROTO_ADMIN_DATASET_LIST:
+        if (rb_init(&rb, c, PROTO_MAX_BODY) == 0) {
+            datasets_each(s->d.ds, dataset_put, &rb);
+            rb_send(&rb, c, m->h.req_id);
+        }
+        return;
+    case PROTO_ADMIN_DATASET_REMOVE:
+    case PROTO_ADMIN_DATASET_RESCAN:
+        rc = cmd == PROTO_ADMIN_DATASET_REMOVE ? datasets_remove(s->d.ds, (uint32_t)args.id)
+                                               : datasets_rescan(s->d.ds, (uint32_t)args.id);
+        if (rc < 0) {
+            reply_error(c, PROTO_OP_ADMIN, m->h.req_id, rc,
+                        rc == -ENOENT ? "no such dataset" : rc == -EBUSY ? "a scan of it runs" : NULL);
+        } else if (rb_init(&rb, c, 64) == 0) {
+            rb_u64(&rb, "id", args.id);
+            rb_send(&rb, c, m->h.req_id);
+        }
         return;
     case PROTO_ADMIN_WARMUP_CANCEL:
         if (warmup_cancel(s->d.wu, (uint32_t)args.job) < 0) {

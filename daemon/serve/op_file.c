@@ -26,6 +26,8 @@ typedef struct openreq {
     wq_job job;
     conn *c;
     int proof;                  /* the client's fd of the file, or -1 */
+    int judge;                  /* access_check = judge: judge the peer before the open */
+    access_cred cred;           /* its credentials, for that */
     int fd;                     /* the daemon's, for the chunk reads, or -1 */
     uint32_t req_id;
     char *norm;
@@ -127,13 +129,14 @@ static void reply_attr(conn *c, uint32_t req_id, srcfile *f, const openx_args *x
  * 0; -ENOKEY when a proof is needed and none came (libgranary then sends
  * one); -EACCES when the proof is wrong.
  */
-static int check_proof(const conn *c, int proof, const srcfile *f, char *err, size_t errlen)
+static int check_proof(const conn *c, int proof, int judged, const srcfile *f, char *err,
+                       size_t errlen)
 {
     struct stat st;
     int fl;
 
     if (proof < 0) {
-        if (c->cred.uid == 0 || strcmp(c->srv->d.cfg->access_check, "none") == 0)
+        if (c->cred.uid == 0 || judged || strcmp(c->srv->d.cfg->access_check, "none") == 0)
             return 0;
         snprintf(err, errlen, "access proof required: pass your own read fd of %.200s with "
                  "the OPEN (libgranary does)", f->path);
@@ -151,11 +154,13 @@ static int check_proof(const conn *c, int proof, const srcfile *f, char *err, si
     return 0;
 }
 
-/* Answer an OPEN or OPENX of f: a handle, or the proof's refusal. */
-static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f, const openx_args *x)
+/* Answer an OPEN or OPENX of f: a handle, or the proof's refusal.
+ * judged: access_check = judge has judged the peer (no proof needed). */
+static void open_reply(conn *c, uint32_t req_id, int proof, int judged, srcfile *f,
+                       const openx_args *x)
 {
     char err[320];
-    int rc = check_proof(c, proof, f, err, sizeof(err));
+    int rc = check_proof(c, proof, judged, f, err, sizeof(err));
 
     if (rc < 0) {
         if (rc == -EACCES)
@@ -164,7 +169,7 @@ static void open_reply(conn *c, uint32_t req_id, int proof, srcfile *f, const op
         return;
     }
     /* The user's hints for this file may fetch into its memory from now on. */
-    if (proof >= 0 && c->cred.uid != 0)
+    if ((proof >= 0 || judged) && c->cred.uid != 0)
         proofs_add(c->srv->d.pr, c->cred.uid, f->id);
     reply_attr(c, req_id, f, x);
 }
@@ -174,8 +179,24 @@ static void open_run(wq_job *j)
     openreq *o = (openreq *)j;
     conn *c = o->c;
 
+    struct stat jst;
+
+    /* Judged before the file is opened, so a refused open costs no open
+     * and tells nothing of what lies below a directory the peer may not
+     * search; then the file opened must be the file judged. */
+    if (o->judge) {
+        o->rc = judge_read(c->srv->d.jg, o->norm, &o->cred, &jst, o->errmsg, sizeof(o->errmsg));
+        if (o->rc < 0)
+            return;
+    }
     o->rc = source_stat_open(c->srv->d.src, o->norm, o->root, &o->st, &o->fd, o->errmsg,
                              sizeof(o->errmsg));
+    if (o->rc == 0 && o->judge && (jst.st_dev != o->st.st_dev || jst.st_ino != o->st.st_ino)) {
+        close(o->fd);
+        o->fd = -1;
+        snprintf(o->errmsg, sizeof(o->errmsg), "changed while being judged");
+        o->rc = -ESTALE;
+    }
 }
 
 static void open_done(wq_job *j)
@@ -190,14 +211,17 @@ static void open_done(wq_job *j)
         if (o->rc == 0)
             close(o->fd);
     } else if (o->rc < 0) {
-        c->srv->d.stats->source_errors++;
+        if (o->rc == -EACCES && o->judge)
+            c->srv->d.stats->access_denied++;
+        else
+            c->srv->d.stats->source_errors++;
         reply_error(c, o->x.op, o->req_id, o->rc, o->errmsg);
         free(o->norm);
     } else {
         f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
         o->fd = -1;
         if (f)
-            open_reply(c, o->req_id, o->proof, f, &o->x);
+            open_reply(c, o->req_id, o->proof, o->judge, f, &o->x);
         else
             reply_error(c, o->x.op, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);
@@ -212,6 +236,69 @@ static void open_done(wq_job *j)
     free(o);
 }
 
+/*
+ * OPEN of a file in a ready dataset's manifest, with no operation on the
+ * file system: the attributes are the manifest's (or the attribute cache's,
+ * which are fresher), and the file is opened at its first chunk read (whose
+ * identity check refuses a file changed since, with ESTALE).  With
+ * access_check = judge and no proof the peer is judged from the manifest.
+ * 1 when answered; 0 to go the file system's way (not in a manifest, or a
+ * proof to check against the file as it is); norm is consumed when 1.
+ */
+static int open_manifest(conn *c, uint32_t req_id, int proof, char **norm, int root,
+                         const openx_args *x)
+{
+    server *s = c->srv;
+    int judged = proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "judge") == 0;
+    char err[320];
+    meta_hit *h;
+    srcfile *f;
+    int rc;
+
+    if (!datasets_count(s->d.ds))
+        return 0;
+    h = malloc(sizeof(*h));
+    if (!h)
+        return 0;
+    rc = meta_lookup(c, *norm, h, err, sizeof(err));
+    if (rc == 0 && h->e.is_dir) {
+        snprintf(err, sizeof(err), "is a directory");
+        rc = -EISDIR;
+    }
+    if (rc == 0 && judged)
+        rc = meta_judge(c, h->m, h->chain, h->depth, 4, err, sizeof(err));
+    if (rc == -ENODATA || (rc < 0 && !judged)) {
+        free(h);
+        return 0;               /* the file system answers (a proof is the kernel's word) */
+    }
+    if (rc < 0) {
+        free(h);
+        if (rc == -EACCES)
+            s->d.stats->access_denied++;
+        reply_error(c, x->op, req_id, rc, err);
+        free(*norm);
+        *norm = NULL;
+        return 1;
+    }
+    f = source_lookup(s->d.src, *norm, gr__now_s());
+    if (f) {
+        s->d.stats->attr_cache_hits++;
+        free(*norm);
+    } else {
+        f = source_install(s->d.src, *norm, root, &h->e.st, gr__now_s());
+    }
+    *norm = NULL;
+    free(h);
+    if (!f) {
+        reply_error(c, x->op, req_id, -ENOMEM, NULL);
+        return 1;
+    }
+    s->d.stats->dataset_opens++;
+    open_reply(c, req_id, proof, judged, f, x);
+    srcfile_unref(&f);
+    return 1;
+}
+
 /* OPEN and OPENX: path (len bytes) for c, with the proof in fds[0] if any. */
 static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, int *fds, int nfds,
                       const openx_args *x)
@@ -224,12 +311,14 @@ static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, in
     srcfile *f;
     openreq *o;
     uint64_t t0 = gr__now_ns();
+    int judged = proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "judge") == 0;
 
     s->d.stats->opens++;
-    /* A proof is asked for before the path is even looked at: the answer
-     * is the same whether the file exists, is cached or lies in a directory
-     * this peer may not search, so an OPEN without one tells nothing. */
-    if (proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "none") != 0) {
+    /* With access_check = fd a proof is asked for before the path is even
+     * looked at: the answer is the same whether the file exists, is cached
+     * or lies in a directory this peer may not search, so an OPEN without
+     * one tells nothing. */
+    if (proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "fd") == 0) {
         reply_error(c, x->op, req_id, -ENOKEY,
                     "access proof required: pass your own read fd of the file with the OPEN "
                     "(libgranary does)");
@@ -242,11 +331,16 @@ static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, in
         conn_latency(c, GR_LAT_open, t0);
         return;
     }
-    f = source_lookup(s->d.src, norm, gr__now_s());
+    if (open_manifest(c, req_id, proof, &norm, root, x)) {
+        conn_latency(c, GR_LAT_open, t0);
+        return;
+    }
+    /* A judged peer is judged on the file system, on an I/O thread. */
+    f = judged ? NULL : source_lookup(s->d.src, norm, gr__now_s());
     if (f) {
         s->d.stats->attr_cache_hits++;
         free(norm);
-        open_reply(c, req_id, proof, f, x);
+        open_reply(c, req_id, proof, 0, f, x);
         srcfile_unref(&f);
         conn_latency(c, GR_LAT_open, t0);
         return;
@@ -260,6 +354,9 @@ static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, in
     if (nfds > 0)
         fds[0] = -1;                /* the request keeps the proof until it ends */
     o->proof = proof;
+    o->judge = judged;
+    if (judged)
+        meta_cred(c, &o->cred);
     o->fd = -1;
     o->job.run = open_run;
     o->job.done = open_done;

@@ -205,5 +205,36 @@ void op_openx(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_file.c 
 void op_release(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_hint(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_hint.c */
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_admin.c */
+void op_stat(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_meta.c */
+void op_readdir(conn *c, const proto_msg *m, int *fds, int nfds);
+
+/* ---- op_meta.c: answers from the datasets' manifests ---- */
+
+#define META_CHAIN 256              /* directories of a path kept for judging */
+
+/* A path's entry in a ready manifest, with the chain from "/" to it. */
+typedef struct meta_hit {
+    const manifest *m;          /* valid until the next call into the datasets */
+    uint32_t idx;
+    mf_entry e;
+    uint32_t chain[META_CHAIN];
+    size_t depth;
+    uint32_t valid_ms;          /* how long a client may trust the answer */
+} meta_hit;
+
+/* Whether the daemon's own judgement decides for c (access_check judge or
+ * none, or root). */
+int meta_may_judge(const conn *c);
+void meta_cred(const conn *c, access_cred *out);
+/* Look norm up in the manifests: 0 and *h; -ENODATA (no manifest can
+ * answer: ask the file system), -ENOENT (the manifest says it is not there;
+ * judged first), -EACCES; err says why. */
+int meta_lookup(conn *c, const char *norm, meta_hit *h, char *err, size_t errlen);
+/* 0 if c may search every directory of chain[0..depth-1) and have want (4
+ * read, 1 search, 0 nothing) on the last; -EACCES with err set if not. */
+int meta_judge(const conn *c, const manifest *m, const uint32_t *chain, size_t depth, int want,
+               char *err, size_t errlen);
+/* st as the attributes of a reply (handle 0). */
+void meta_fill_attr(const conn *c, const struct stat *st, proto_attr *a);
 
 #endif

@@ -25,6 +25,8 @@
 #include "nvme.h"
 #include "prefetch.h"
 #include "warmup.h"
+#include "datasets.h"
+#include "judge.h"
 #include "workers.h"
 
 typedef struct server server;
@@ -41,6 +43,8 @@ typedef struct server_deps {
     prefetcher *pf;
     proofs *pr;                 /* OPEN's access proofs, for hints */
     warmup *wu;
+    judge *jg;                  /* access_check = judge: OPEN, STAT and READDIR judged here */
+    datasets *ds;               /* registered datasets (manifests) */
     gr_stats *stats;
 } server_deps;
 

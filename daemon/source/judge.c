@@ -25,7 +25,6 @@
 
 #define ACL_XATTR   "system.posix_acl_access"
 #define NFS4_XATTR  "system.nfs4_acl"
-#define ACL_MAX_BLOB (4 + 8 * ACCESS_MAX_ACL)
 
 typedef struct jdir {
     gr__hnode hn;
@@ -81,27 +80,33 @@ void judge_set_ttl(judge *j, double ttl)
     pthread_mutex_unlock(&j->lock);
 }
 
+ssize_t judge_acl_blob(const char *path, void *blob, size_t cap)
+{
+    ssize_t n = lgetxattr(path, ACL_XATTR, blob, cap);
+
+    if (n >= 0)
+        return n;
+    if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP)
+        return -EACCES;             /* ERANGE (too many entries), EIO, EACCES: fail closed */
+    /* The kernel's NFS client shows NFSv4 ACLs here; we cannot evaluate them. */
+    n = lgetxattr(path, NFS4_XATTR, NULL, 0);
+    if (n >= 0 || (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP))
+        return -EACCES;
+    return 0;
+}
+
 /* The ACL of path (not following a link) into o.  No ACL, or a filesystem
  * without ACLs: none.  An NFSv4 ACL, or one we cannot read: unreadable
  * (refused). */
 static void read_acl(const char *path, access_obj *o)
 {
-    uint8_t blob[ACL_MAX_BLOB];
-    ssize_t n = lgetxattr(path, ACL_XATTR, blob, sizeof(blob));
+    uint8_t blob[JUDGE_ACL_MAX];
+    ssize_t n = judge_acl_blob(path, blob, sizeof(blob));
 
-    if (n >= 0) {
-        access_acl_decode(o, blob, (size_t)n);
-        return;
-    }
-    if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP) {
-        o->nacl = -1;               /* ERANGE (too many entries), EIO, EACCES: fail closed */
-        return;
-    }
-    o->nacl = 0;
-    /* The kernel's NFS client shows NFSv4 ACLs here; we cannot evaluate them. */
-    n = lgetxattr(path, NFS4_XATTR, NULL, 0);
-    if (n >= 0 || (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP))
+    if (n < 0)
         o->nacl = -1;
+    else
+        access_acl_decode(o, blob, (size_t)n);
 }
 
 static void obj_of(const struct stat *st, access_obj *o)

@@ -22,6 +22,7 @@
 #define GR_JUDGE_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <sys/stat.h>
 
 #include "access.h"
@@ -44,5 +45,12 @@ void judge_set_ttl(judge *j, double ttl);
  */
 int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat *st, char *err,
                size_t errlen);
+
+/* Any thread: the system.posix_acl_access value of path (not following a
+ * final symlink) into blob: its length, 0 for none (or a file system
+ * without ACLs), -EACCES for one that cannot be judged (unreadable, more
+ * than JUDGE_ACL_MAX bytes, an NFSv4 ACL). */
+#define JUDGE_ACL_MAX (4 + 8 * ACCESS_MAX_ACL)
+ssize_t judge_acl_blob(const char *path, void *blob, size_t cap);
 
 #endif

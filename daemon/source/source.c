@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "log.h"
+#include "judge.h"
 #include "source.h"
 
 #define LARGE_BLKSIZE  (64 * 1024)      /* st_blksize from here up is a stripe hint */
@@ -838,6 +839,68 @@ int source_list_dir(source *s, const char *norm, int root, source_list_cb cb, vo
         }
         if (t == DT_REG || t == DT_DIR)
             rc = cb(arg, de->d_name, t == DT_DIR);
+    }
+    closedir(d);
+    return rc;
+}
+
+int source_scan_dir(source *s, const char *norm, int root, struct stat *dirst,
+                    source_scan_cb cb, void *arg, unsigned *unstable, char *err, size_t errlen)
+{
+    int fd = open_beneath(s, norm, root, err, errlen);
+    uint8_t acl[JUDGE_ACL_MAX];
+    char xpath[64 + NAME_MAX];
+    struct dirent *de;
+    DIR *d;
+    int rc = 0;
+
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, dirst) < 0 || !S_ISDIR(dirst->st_mode)) {
+        rc = S_ISDIR(dirst->st_mode) ? -errno : -ENOTDIR;
+        snprintf(err, errlen, "%.200s: %s", norm, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    d = fdopendir(fd);
+    if (!d) {
+        rc = -errno;
+        snprintf(err, errlen, "%.200s: %s", norm, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
+        struct stat st, st2;
+        ssize_t n = 0;
+        int tries = 0, same = 0;
+
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        /* The entry's ACL by the directory's fd (/proc/self/fd: no path
+         * above it is walked again), between two stats that must agree. */
+        snprintf(xpath, sizeof(xpath), "/proc/self/fd/%d/%s", dirfd(d), de->d_name);
+        while (!same && tries++ < 3) {
+            if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                break;
+            if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+                break;
+            n = judge_acl_blob(xpath, acl, sizeof(acl));
+            same = fstatat(dirfd(d), de->d_name, &st2, AT_SYMLINK_NOFOLLOW) == 0 &&
+                   st2.st_ino == st.st_ino && st2.st_dev == st.st_dev &&
+                   st2.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+                   st2.st_ctim.tv_nsec == st.st_ctim.tv_nsec;
+        }
+        if (!same) {
+            if (tries > 1 && unstable)
+                (*unstable)++;
+            continue;
+        }
+        rc = cb(arg, de->d_name, &st, n > 0 ? acl : n < 0 ? acl : NULL,
+                n < 0 ? SOURCE_ACL_UNREADABLE : (size_t)n);
+    }
+    if (rc == 0 && errno) {
+        rc = -errno;
+        snprintf(err, errlen, "reading directory %.200s: %s", norm, strerror(-rc));
     }
     closedir(d);
     return rc;

@@ -161,6 +161,23 @@ typedef int (*source_list_cb)(void *arg, const char *name, int is_dir);
 int source_list_dir(source *s, const char *norm, int root, source_list_cb cb, void *arg,
                     char *err, size_t errlen);
 
+/*
+ * I/O thread: call cb(arg, name, st, acl, acl_len) for each regular file
+ * and directory directly in directory norm (opened beneath its root),
+ * with its attributes (not following links; others are skipped) and its
+ * POSIX ACL (acl NULL: none; acl_len SOURCE_ACL_UNREADABLE: one that cannot
+ * be judged).  An entry that changes between its attributes and its ACL
+ * (another inode, or a new ctime) is read again, and given up on (skipped,
+ * counted in *unstable) after a few tries.  Returns 0, the first non-zero
+ * cb result, or -errno with a reason in err.  *dirst gets norm's own
+ * attributes.
+ */
+#define SOURCE_ACL_UNREADABLE ((size_t)-1)
+typedef int (*source_scan_cb)(void *arg, const char *name, const struct stat *st,
+                              const void *acl, size_t acl_len);
+int source_scan_dir(source *s, const char *norm, int root, struct stat *dirst,
+                    source_scan_cb cb, void *arg, unsigned *unstable, char *err, size_t errlen);
+
 /* Loop thread: change attr_ttl (SIGHUP). */
 void source_set_attr_ttl(source *s, double attr_ttl);
 
