@@ -53,7 +53,7 @@ for i in range(n):
 PY
     : > "$tree/.done"
 fi
-bytes=$(du -sb "$tree" | awk '{print $1}')
+bytes=$(find "$tree" -name '*.jpg' -printf '%s\n' | awk '{s += $1} END {print s}')
 
 start() {
     cat > "$work/g.conf" <<CONF
@@ -102,7 +102,7 @@ printf '|%s|%s|%s|\n' "----------------------------------------------" "--------
 printf '| %-44s | %12s | %12s |\n' "torchvision ImageFolder, direct mount" "${COLD[plain]}" "${WARM[plain]}"
 printf '| %-44s | %12s | %12s |\n' "torchvision ImageFolder under the shim" "${COLD[shim]}" "${WARM[shim]}"
 printf '| %-44s | %12s | %12s |\n' "granary.torch.GranaryImageFolder" "${COLD[granary]}" "${WARM[granary]}"
-echo "bytes served by granaryd over both epochs: shim $shim_served, GranaryImageFolder $granary_served (dataset $bytes)"
+echo "bytes served by granaryd over both epochs: shim $shim_served, GranaryImageFolder $granary_served (the images: $bytes bytes)"
 echo "IMGF_PLAIN=${COLD[plain]}/${WARM[plain]}"
 echo "IMGF_SHIM=${COLD[shim]}/${WARM[shim]}"
 echo "IMGF_GRANARY=${COLD[granary]}/${WARM[granary]}"
