@@ -2,7 +2,9 @@
 # The LD_PRELOAD shim (build/libgranary_preload.so) against a real granaryd:
 # cat, cmp, Python's open().read() and tar under the shim write exactly what
 # they write without it, and the daemon's bytes_served grows by what they
-# read (the shim really served them); file-offset semantics (lseek, dup,
+# read (the shim really served them): also dd, shell redirects, dup, stdio
+# (sha256sum, md5sum < file, sed, numpy.load), mmap (np.memmap), PIL,
+# torchvision.io.read_image and fio --verify; file-offset semantics (lseek, dup,
 # fork, readv, mmap, sendfile, a descriptor closed behind the shim's back);
 # then the daemon dies mid-read and is stopped, and everything still works
 # from the files (fallthrough).
@@ -83,6 +85,48 @@ import numpy as np, sys
 a = np.load(sys.argv[1])
 sys.stdout.buffer.write(a.tobytes())
 ' "$dir/src/arr.npy"
+run_both np.memmap 5000000 $PY -c '
+import numpy as np, sys
+sys.stdout.buffer.write(np.memmap(sys.argv[1], dtype=np.uint8, mode="r").tobytes())
+' "$dir/src/big.bin"
+# Images (PIL, torchvision) and fio's verify, where installed (deps.sh
+# installs python3-pil, python3-torchvision and fio).
+if $PY -c 'import PIL' 2>/dev/null; then
+    $PY -c '
+import random, sys
+from PIL import Image
+r = random.Random(1)
+Image.frombytes("RGB", (640, 480), r.randbytes(640 * 480 * 3)).save(sys.argv[1], quality=90)
+' "$dir/src/img.jpg"
+    img_bytes=$(wc -c < "$dir/src/img.jpg")
+    run_both PIL "$img_bytes" $PY -c '
+import sys
+from PIL import Image
+sys.stdout.buffer.write(Image.open(sys.argv[1]).tobytes())
+' "$dir/src/img.jpg"
+    if $PY -c 'import torchvision' 2>/dev/null; then
+        run_both torchvision.io.read_image "$img_bytes" $PY -c '
+import sys, torchvision.io
+sys.stdout.buffer.write(torchvision.io.read_image(sys.argv[1]).numpy().tobytes())
+' "$dir/src/img.jpg"
+    else
+        echo "SKIP: torchvision.io.read_image: torchvision not importable (Debian: python3-torchvision)"
+    fi
+else
+    echo "SKIP: PIL, torchvision: PIL not importable (Debian: python3-pil)"
+fi
+if command -v fio > /dev/null; then
+    fio --name=w --filename="$dir/src/fio.dat" --rw=write --bs=64k --size=4m --verify=md5 \
+        --do_verify=0 --output=/dev/null > /dev/null 2>&1
+    for rw in read randread; do
+        run_both "fio $rw --verify=md5" 4194304 fio --name=r --filename="$dir/src/fio.dat" \
+            --rw=$rw --bs=64k --size=4m --verify=md5 --ioengine=psync --randrepeat=1 \
+            --output-format=terse --terse-version=3 --output="$dir/fio.$rw"
+        check "fio $rw --verify=md5: no verify error" grep -q '^3;[^;]*;r;0;0;' "$dir/fio.$rw"
+    done
+else
+    echo "SKIP: fio: not installed (Debian: fio)"
+fi
 run_both "python dup" 5000000 $PY -c '
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
