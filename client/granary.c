@@ -1503,32 +1503,70 @@ static int send_hints(gr_client *c, uint8_t *buf, size_t cap, uint32_t flags,
     return call_ok(c, buf, (size_t)len, id, PROTO_OP_HINT, &m);
 }
 
+/* The absolute form of each relative path of h (NULL where a path is
+ * absolute), into *abs_out (caller frees with free_abs); 0, or -errno. */
+static int hint_abs(const gr_hint *h, size_t n, char ***abs_out)
+{
+    char **abs = NULL, tmp[PROTO_MAX_PATH + 1];
+    int rc;
+
+    *abs_out = NULL;
+    for (size_t k = 0; k < n; k++) {
+        if (!h[k].path || !h[k].path[0] || h[k].path[0] == '/')
+            continue;
+        if (!abs && !(abs = calloc(n, sizeof(*abs))))
+            return -ENOMEM;
+        rc = gr__path_abs(h[k].path, tmp, sizeof(tmp));
+        if (rc < 0 || !(abs[k] = strdup(tmp))) {
+            for (size_t j = 0; j < n; j++)
+                free(abs[j]);
+            free(abs);
+            return rc < 0 ? rc : -ENOMEM;
+        }
+    }
+    *abs_out = abs;
+    return 0;
+}
+
+static void free_abs(char **abs, size_t n)
+{
+    if (!abs)
+        return;
+    for (size_t k = 0; k < n; k++)
+        free(abs[k]);
+    free(abs);
+}
+
 int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
 {
     static const size_t cap = PROTO_HDR_LEN + PROTO_MAX_BODY;
     uint8_t *buf = malloc(cap);
     proto_hint_ent *ents = malloc(PROTO_MAX_HINTS * sizeof(*ents));
+    char **abs = NULL;
     size_t i = 0, body;
-    int ret = 0;
+    int ret = 0, rc;
 
+#define HINT_PATH(k) (abs && abs[k] ? abs[k] : h[k].path)
     if (!buf || !ents) {
         free(buf);
         free(ents);
         errno = ENOMEM;
         return -1;
     }
+    rc = hint_abs(h, n, &abs);          /* relative: from the working directory */
+    if (rc < 0) {
+        free(buf);
+        free(ents);
+        errno = -rc;
+        return -1;
+    }
     for (size_t k = 0; k < n; k++) {
-        size_t pl = h[k].path ? strlen(h[k].path) : 0;
-        if (pl == 0 || h[k].path[0] != '/') {
+        size_t pl = h[k].path ? strlen(HINT_PATH(k)) : 0;
+        if (pl == 0 || pl > PROTO_MAX_PATH) {
             free(buf);
             free(ents);
-            errno = EINVAL;
-            return -1;
-        }
-        if (pl > PROTO_MAX_PATH) {
-            free(buf);
-            free(ents);
-            errno = ENAMETOOLONG;
+            free_abs(abs, n);
+            errno = pl == 0 ? EINVAL : ENAMETOOLONG;
             return -1;
         }
     }
@@ -1537,21 +1575,24 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
         uint32_t k = 0;
         body = PROTO_HINT_PREFIX;
         while (i < n && k < PROTO_MAX_HINTS) {
-            size_t pl = strlen(h[i].path);
+            const char *p = HINT_PATH(i);
+            size_t pl = strlen(p);
             if (body + PROTO_HINT_ENT_SIZE(pl) > PROTO_MAX_BODY)
                 break;
-            ents[k] = (proto_hint_ent){ h[i].off, h[i].len, h[i].path, (uint32_t)pl };
+            ents[k] = (proto_hint_ent){ h[i].off, h[i].len, p, (uint32_t)pl };
             body += PROTO_HINT_ENT_SIZE(pl);
             k++;
             i++;
         }
         ret = send_hints(c, buf, cap, 0, ents, k);
     }
+#undef HINT_PATH
     if (ret == 0)
         c->errtext[0] = '\0';
     pthread_mutex_unlock(&c->lock);
     free(buf);
     free(ents);
+    free_abs(abs, n);
     return ret;
 }
 

@@ -146,11 +146,11 @@ void gr_ref_release(gr_ref *ref);
  *
  * Returns 0, or -1 with errno (E2BIG: the caller's lists are at [prefetch]
  * hint_max_entries chunks or hint_memory bytes; ENAMETOOLONG, EINVAL: a
- * malformed range; the connection's errors).  gr_hint_status says which
+ * malformed range (an empty path); the connection's errors).  gr_hint_status says which
  * ranges failed later.
  */
 typedef struct gr_hint {
-    const char *path;   /* absolute, under the daemon's roots */
+    const char *path;   /* under the daemon's roots; relative: from the working directory */
     uint64_t off;       /* first byte */
     uint64_t len;       /* bytes from off; 0 means to the end of the file */
 } gr_hint;
