@@ -57,6 +57,7 @@ void reload_prefetch_limits(const gr_config *cfg, prefetch_limits *lim)
     lim->hint_memory = cfg->hint_memory;
     lim->hint_memory_total = cfg->hint_memory_total;
     lim->trust_all = strcmp(cfg->access_check, "none") == 0;
+    lim->judge_final = strcmp(cfg->access_check, "judge") == 0;
 }
 
 /* Every chunk and pin is carried over, in the old policy's eviction order. */

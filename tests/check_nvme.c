@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <rocksdb/c.h>
+#include <xxhash.h>
 
 #include "nvme.h"
 #include "nvme_int.h"
@@ -624,10 +625,10 @@ START_TEST(test_corrupt_inline)
     nvme_close(&f.s);
 
     db = raw_open(&f, &o);
-    k[0] = 'C';
+    k[0] = 'D';                                         /* the chunk's bytes */
     mkkey(k + 1, 9, 1);
     v = rocksdb_get(db, ro, (const char *)k, sizeof(k), &vlen, &err);
-    ck_assert(v && !err && vlen > 3000);
+    ck_assert(v && !err && vlen == 3000);
     v[vlen - 1] ^= 0x55;                                /* the chunk's last byte */
     rocksdb_put(db, wo, (const char *)k, sizeof(k), v, vlen, &err);
     ck_assert(!err);
@@ -639,6 +640,102 @@ START_TEST(test_corrupt_inline)
     ck_assert_uint_eq(stats(&f).checksum_errors, 1);
     ck_assert_int_eq(get_check(&f, 9, 1, SIZE_MAX), -ENOENT);
     ck_assert_int_eq(get_check(&f, 9, 2, 3000), 0);
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_writeoptions_destroy(wo);
+    fx_done(&f);
+}
+END_TEST
+
+/*
+ * Inline chunks keep their bytes in 'D' records, so that an open reads the
+ * small 'C' records only.  A tier written before that (bytes inside the 'C'
+ * record) still opens and serves; a put rewrites such a chunk in the new
+ * form; lowering inline_max moves chunks to slots without leaving 'D'
+ * records behind; and an open does not read the bytes (a 'D' record made
+ * unreadable does not stop it).
+ */
+START_TEST(test_inline_records)
+{
+    fixture f;
+    rocksdb_options_t *o;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    uint8_t k[1 + CHUNK_KEY_LEN], rec[ST_REC_HDR + 2000];
+    char *err = NULL, *v;
+    size_t vlen;
+    rocksdb_t *db;
+    int ndata = 0, nbig = 0;
+
+    fx_init(&f, 48 * MIB, 16 * KIB, MIB);
+    ck_assert_int_eq(put(&f, 11, 1, 3000), 0);
+    nvme_close(&f.s);
+
+    /* A chunk in the old form: the bytes after the 48-byte header. */
+    db = raw_open(&f, &o);
+    pat_fill(f.buf, 11, 2, 2000);
+    memset(rec, 0, ST_REC_HDR);
+    rec[0] = ST_REC_VERSION;
+    rec[1] = ST_KIND_INLINE;
+    st_put64(rec + 24, 2000);
+    st_put64(rec + 32, XXH3_64bits(f.buf, 2000));
+    st_put64(rec + 40, 1);
+    memcpy(rec + ST_REC_HDR, f.buf, 2000);
+    k[0] = 'C';
+    mkkey(k + 1, 11, 2);
+    rocksdb_put(db, wo, (const char *)k, sizeof(k), (const char *)rec, sizeof(rec), &err);
+    ck_assert(!err);
+    raw_close(db, o);
+
+    fx_open(&f);
+    ck_assert_uint_eq(stats(&f).chunks, 2);
+    ck_assert_int_eq(get_check(&f, 11, 2, 2000), 0);     /* the old form serves */
+    ck_assert_int_eq(get_check(&f, 11, 1, 3000), 0);
+    ck_assert_int_eq(put(&f, 11, 2, 2000), 0);           /* rewritten in the new form */
+    ck_assert_int_eq(get_check(&f, 11, 2, 2000), 0);
+    nvme_close(&f.s);
+
+    db = raw_open(&f, &o);
+    {
+        rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
+        for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+            size_t kl, vl;
+            const char *kk = rocksdb_iter_key(it, &kl);
+            rocksdb_iter_value(it, &vl);
+            ndata += kk[0] == 'D';
+            nbig += kk[0] == 'C' && vl > ST_REC_HDR;
+        }
+        rocksdb_iter_destroy(it);
+    }
+    ck_assert_int_eq(ndata, 2);
+    ck_assert_int_eq(nbig, 0);
+    /* An open never reads the bytes: make one 'D' record garbage of the
+     * wrong length; the open still finds both chunks, and only the read of
+     * that one fails (and drops it). */
+    k[0] = 'D';
+    mkkey(k + 1, 11, 1);
+    rocksdb_put(db, wo, (const char *)k, sizeof(k), "x", 1, &err);
+    ck_assert(!err);
+    raw_close(db, o);
+    fx_open(&f);
+    ck_assert_uint_eq(stats(&f).chunks, 2);
+    ck_assert_int_lt(get_check(&f, 11, 1, SIZE_MAX), 0);
+    ck_assert_int_eq(get_check(&f, 11, 2, 2000), 0);
+    nvme_close(&f.s);
+
+    /* inline_max lowered: the chunk put again goes to a slot, and its 'D'
+     * record goes with the same write. */
+    f.cfg.inline_max = 1024;
+    fx_open(&f);
+    ck_assert_int_eq(put(&f, 11, 2, 2000), 0);
+    ck_assert_int_eq(get_check(&f, 11, 2, 2000), 0);
+    nvme_close(&f.s);
+    db = raw_open(&f, &o);
+    v = rocksdb_get(db, ro, (const char *)k, sizeof(k), &vlen, &err);   /* 11/1: dropped */
+    ck_assert(!err && !v);
+    mkkey(k + 1, 11, 2);
+    v = rocksdb_get(db, ro, (const char *)k, sizeof(k), &vlen, &err);
+    ck_assert_msg(!err && !v, "the 'D' record of a chunk moved to a slot is left");
+    raw_close(db, o);
     rocksdb_readoptions_destroy(ro);
     rocksdb_writeoptions_destroy(wo);
     fx_done(&f);
@@ -719,7 +816,7 @@ START_TEST(test_open_repairs)
         for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
             size_t kl;
             const char *kk = rocksdb_iter_key(it, &kl);
-            ck_assert_msg(kl == 1 || (kl == 25 && (kk[0] == 'C' || kk[0] == 'A')),
+            ck_assert_msg(kl == 1 || (kl == 25 && (kk[0] == 'C' || kk[0] == 'A' || kk[0] == 'D')),
                           "stray key of %zu bytes", kl);
             n += kk[0] == 'C';
         }
@@ -1193,6 +1290,7 @@ static Suite *nvme_suite(void)
     tcase_add_test(tc, test_lower_capacity_at_open);
     tcase_add_test(tc, test_corrupt_slot);
     tcase_add_test(tc, test_corrupt_inline);
+    tcase_add_test(tc, test_inline_records);
     tcase_add_test(tc, test_open_repairs);
     tcase_add_test(tc, test_pin_prefix);
     tcase_add_test(tc, test_drop_prefix);

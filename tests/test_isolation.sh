@@ -216,6 +216,43 @@ check "21.4: no hint memory left" test "$(stat_of hint_memory_bytes)" -eq 0
 $CTL -s "$dir/sock" cat "$dir/src/public" | cmp -s - "$dir/src/public"
 check "21.4: the daemon serves everyone after it" test $? -eq 0
 
+# access_check = judge: the daemon judges B itself, with no proof.  What B
+# may not read stays refused; what it may read it reads; and a judged hint
+# goes straight into B's own memory (the judge is the final word: no
+# quarantine, nothing to rehome).
+kill "$pid"
+wait "$pid"
+pid=
+echo "[daemon]
+access_check = judge" >> "$dir/g.conf"
+start_daemon
+check "judge: B cannot read A's 0700 directory's file" \
+      sh -c "! setpriv --reuid=$userB --regid=$(id -g "$userB") --clear-groups $CTL -s $dir/sock cat $dir/src/privA/readable > /dev/null 2>&1"
+check "judge: B cannot read A's 0600 secret" \
+      sh -c "! setpriv --reuid=$userB --regid=$(id -g "$userB") --clear-groups $CTL -s $dir/sock cat $dir/src/secret > /dev/null 2>&1"
+as "$userB" $CTL -s "$dir/sock" cat "$dir/src/public" | cmp -s - "$dir/src/public"
+check "judge: B reads what it may" test $? -eq 0
+head -c 3000000 /dev/urandom > "$dir/src/jhinted"
+chmod 644 "$dir/src/jhinted"
+re0=$(stat_of dram_rehomed)
+as "$userB" env PYTHONPATH=python GRANARY_LIB=build/libgranary.so /usr/bin/python3 -c "
+import sys, time, granary
+c = granary.Client(sys.argv[1])
+c.hint([sys.argv[2]])
+for _ in range(500):
+    st = c.stats()
+    if st.get('prefetch_issued', 0) >= 3:
+        break
+    time.sleep(0.01)
+time.sleep(0.3)
+data = c.open(sys.argv[2]).read()
+sys.stdout.buffer.write(data)" "$dir/sock" "$dir/src/jhinted" > "$dir/jh.out" 2> "$dir/jh.err"
+check "judge: B's hinted file read back right" cmp -s "$dir/jh.out" "$dir/src/jhinted"
+check "judge: the judged hint went to B's memory, not quarantine (dram_rehomed $re0 -> $(stat_of dram_rehomed))" \
+      test "$(stat_of dram_rehomed)" -eq "$re0"
+check "judge: and was fetched by the hint (prefetch_issued > 0)" test "$(stat_of prefetch_issued)" -gt 0
+sed -i 's/^access_check = judge$//' "$dir/g.conf"
+
 # access_check = none (a single-user node): no proof asked, B reads.
 kill "$pid"
 wait "$pid"

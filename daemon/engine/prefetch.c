@@ -697,8 +697,10 @@ static void range_ready(hint_list *l, hint_range *r, srcfile *f)
     r->next = first;
     r->last = last;
     /* Into the user's own shared memory only once it has proven it may read
-     * the file (or needs no proof); else quarantine until a proven read. */
-    r->owner = l->cred.uid == 0 || p->lim.trust_all || proofs_has(p->pr, l->cred.uid, f->id)
+     * the file (or needs no proof, or the judge that judged this range is
+     * the final word); else quarantine until a proven read. */
+    r->owner = l->cred.uid == 0 || p->lim.trust_all || p->lim.judge_final ||
+                       proofs_has(p->pr, l->cred.uid, f->id)
                    ? (int64_t)l->cred.uid
                    : ARENA_QUARANTINE;
     return;

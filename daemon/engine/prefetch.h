@@ -75,6 +75,7 @@ typedef struct prefetch_limits {
     uint64_t hint_memory;       /* bytes of ranges per uid */
     uint64_t hint_memory_total; /* bytes of ranges over all uids */
     int trust_all;              /* access_check = none */
+    int judge_final;            /* access_check = judge: a judged hint is as good as a proof */
 } prefetch_limits;
 void prefetcher_configure(prefetcher *p, const prefetch_limits *lim);
 

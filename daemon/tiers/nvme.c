@@ -6,9 +6,13 @@
  * directory under its capacity at every moment.
  *
  * Layout under cfg->path:
- *   index/               RocksDB.  Keys: 'C'+key -> chunk record (below, +
- *                        the bytes when inline); 'A'+key -> u64 last access
- *                        written back at close; "M" -> format version.
+ *   index/               RocksDB.  Keys: 'C'+key -> chunk record (below;
+ *                        records written before 'D' existed carry an inline
+ *                        chunk's bytes after it); 'D'+key -> an inline chunk's
+ *                        bytes (written and deleted with its 'C' record, so
+ *                        an open, which skips the 'D' range, reads only the
+ *                        small records); 'A'+key -> u64 last access written
+ *                        back at close; "M" -> format version.
  *   data-<bytes>.dat     slots of one size class; slot i at i * bytes.  Only
  *                        round_up(len, 4096) bytes of a slot are ever
  *                        allocated; the rest stays a hole.
@@ -104,7 +108,11 @@ int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r)
     r->len = st_get64(v + 24);
     r->csum = st_get64(v + 32);
     r->atime = st_get64(v + 40);
-    if (r->kind == ST_KIND_INLINE ? vlen != ST_REC_HDR + r->len : vlen != ST_REC_HDR)
+    /* An inline chunk's bytes are in its 'D' record; records written
+     * before those existed carry them here (read, and replaced when the
+     * chunk is written again). */
+    r->legacy = r->kind == ST_KIND_INLINE && r->len && vlen == ST_REC_HDR + r->len;
+    if (vlen != ST_REC_HDR && !r->legacy)
         return -EINVAL;
     return 0;
 }
@@ -509,8 +517,13 @@ static int st_db_delete(nvme_tier *s, st_entry *const *v, size_t n)
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++) {
         st_dbkey(k, ST_PFX_CHUNK, v[i]->key);
-        if (!nvme__find_locked(s, v[i]->key))
+        if (!nvme__find_locked(s, v[i]->key)) {
             rocksdb_writebatch_delete(b, (const char *)k, sizeof(k));
+            if (st_is_inline(v[i]) && !v[i]->legacy) {
+                k[0] = ST_PFX_DATA;
+                rocksdb_writebatch_delete(b, (const char *)k, sizeof(k));
+            }
+        }
         if (v[i]->has_arec) {
             k[0] = ST_PFX_ATIME;
             rocksdb_writebatch_delete(b, (const char *)k, sizeof(k));
@@ -689,7 +702,7 @@ static int st_read_entry(nvme_tier *s, st_entry *e, void *buf)
         return XXH3_64bits(buf, e->len) == e->csum ? 0 : -EBADMSG;
     }
 
-    st_dbkey(k, ST_PFX_CHUNK, e->key);
+    st_dbkey(k, e->legacy ? ST_PFX_CHUNK : ST_PFX_DATA, e->key);
     ps = rocksdb_get_pinned(s->db, s->ropts, (const char *)k, sizeof(k), &err);
     if (err) {
         rc = strncmp(err, "Corruption", 10) == 0 ? -EBADMSG : -EIO;
@@ -700,7 +713,27 @@ static int st_read_entry(nvme_tier *s, st_entry *e, void *buf)
     if (!ps)
         return -EAGAIN;                 /* deleted meanwhile */
     v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
-    if (nvme__rec_decode(v, vlen, &r) < 0) {
+    if (!e->legacy) {
+        /* The 'D' record: the bytes alone, checked against the entry. */
+        if (vlen == e->len) {
+            memcpy(buf, v, e->len);
+            rc = XXH3_64bits(buf, e->len) == e->csum ? 0 : -EBADMSG;
+        } else {
+            rc = -EBADMSG;
+        }
+        if (rc == -EBADMSG) {
+            /* Or the key was put again with other bytes meanwhile: a put
+             * holds the key's stripe from its write to its entry replacing
+             * ours, so past the stripe the table says which. */
+            pthread_mutex_t *stripe = st_stripe(s, e->key);
+            pthread_mutex_lock(stripe);
+            pthread_mutex_lock(&s->lock);
+            if (nvme__find_locked(s, e->key) != e)
+                rc = -EAGAIN;
+            pthread_mutex_unlock(&s->lock);
+            pthread_mutex_unlock(stripe);
+        }
+    } else if (nvme__rec_decode(v, vlen, &r) < 0) {
         rc = -EBADMSG;
     } else if (r.kind != ST_KIND_INLINE || r.len != e->len || r.csum != e->csum) {
         rc = -EAGAIN;                   /* replaced meanwhile */
@@ -758,20 +791,29 @@ int nvme_get(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], void *buf, size_t c
     }
 }
 
-/* Write the chunk's record; for an inline chunk the bytes follow it. */
-static int st_db_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const st_rec *r, const void *data)
+/*
+ * Write the chunk's record; an inline chunk's bytes go in a 'D' record
+ * beside it, in the same batch (both or neither), so that opening the tier
+ * reads the small 'C' records only, never the bytes.  drop_data: also
+ * delete the 'D' record an inline chunk replaced by this one left.
+ */
+static int st_db_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const st_rec *r, const void *data,
+                     int drop_data)
 {
-    uint8_t k[ST_DBKEY_LEN], hdr[ST_REC_HDR];
+    uint8_t k[ST_DBKEY_LEN], dk[ST_DBKEY_LEN], hdr[ST_REC_HDR];
     char *err = NULL;
 
     st_dbkey(k, ST_PFX_CHUNK, key);
+    st_dbkey(dk, ST_PFX_DATA, key);
     st_rec_encode(hdr, r);
-    if (r->kind == ST_KIND_INLINE) {
+    if (r->kind == ST_KIND_INLINE || drop_data) {
         rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-        const char *kl[1] = { (const char *)k }, *vl[2] = { (const char *)hdr, data };
-        size_t ks[1] = { sizeof(k) }, vs[2] = { sizeof(hdr), (size_t)r->len };
 
-        rocksdb_writebatch_putv(b, 1, kl, ks, 2, vl, vs);
+        if (r->kind == ST_KIND_INLINE)
+            rocksdb_writebatch_put(b, (const char *)dk, sizeof(dk), data, (size_t)r->len);
+        else
+            rocksdb_writebatch_delete(b, (const char *)dk, sizeof(dk));
+        rocksdb_writebatch_put(b, (const char *)k, sizeof(k), (const char *)hdr, sizeof(hdr));
         rocksdb_write(s->db, s->wopts, b, &err);
         rocksdb_writebatch_destroy(b);
     } else {
@@ -807,7 +849,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, s
 {
     int inl = len <= s->inline_max, ci = -1, rc;
     uint64_t alen = inl ? 0 : st_round(len);
-    uint64_t charge = 2 * (ST_REC_BYTES(inl ? len : 0) + ST_TOMB_BYTES);
+    uint64_t charge = 2 * (ST_REC_BYTES(inl ? len : 0) + ST_CTOMB_BYTES(inl));
     pthread_mutex_t *stripe = st_stripe(s, key);
     st_entry *e = NULL, *old;
     st_class *c = NULL;
@@ -878,7 +920,18 @@ int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, s
     r.csum = e->csum;
     r.atime = e->atime;
     pthread_mutex_lock(stripe);
-    if ((rc = st_db_put(s, key, &r, data)) < 0) {
+    {
+        /* An inline chunk replaced by one in a slot (inline_max lowered
+         * since) leaves a 'D' record: delete it in the same batch.  The
+         * stripe keeps other puts of the key out meanwhile. */
+        int drop_data;
+        pthread_mutex_lock(&s->lock);
+        old = nvme__find_locked(s, key);
+        drop_data = !inl && old && st_is_inline(old) && !old->legacy;
+        pthread_mutex_unlock(&s->lock);
+        rc = st_db_put(s, key, &r, data, drop_data);
+    }
+    if (rc < 0) {
         pthread_mutex_unlock(stripe);
         st_note(s, rc);
         goto fail_unreserve;
@@ -896,7 +949,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, s
             s->pinned_bytes -= old->pn.size;
         old->pinned = 0;
         policy_remove(s->pol, &old->pn);
-        s->meta_live -= g + 2 * ST_TOMB_BYTES;
+        s->meta_live -= g + 2 * ST_CTOMB_BYTES(st_is_inline(old));
         s->garbage += g;
         s->garbage_settled += g;
         if (!st_is_inline(old))

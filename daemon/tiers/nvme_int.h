@@ -28,6 +28,7 @@
 #define ST_KIND_SLOT     1
 #define ST_PFX_ATIME     'A'
 #define ST_PFX_CHUNK     'C'
+#define ST_PFX_DATA      'D'                    /* an inline chunk's bytes, beside its 'C' record */
 #define ST_DBKEY_LEN     (1 + CHUNK_KEY_LEN)
 #define ST_INLINE        0xff                   /* st_entry.cls of an inline chunk */
 
@@ -36,9 +37,14 @@
  * trailers.  Measured after a full compaction: 15 B per entry with 1 KiB
  * values, 42 B with 64 KiB values (each its own block and index entry). */
 #define ST_SST_OVERHEAD  64
-#define ST_REC_BYTES(inl_len) ((uint64_t)ST_DBKEY_LEN + ST_REC_HDR + (inl_len) + ST_SST_OVERHEAD)
+/* A chunk's records: its 'C' record and, for an inline chunk, the 'D' record
+ * of its bytes (a second key). */
+#define ST_REC_BYTES(inl_len) ((uint64_t)ST_DBKEY_LEN + ST_REC_HDR + (inl_len) + ST_SST_OVERHEAD + \
+                               ((inl_len) ? (uint64_t)ST_DBKEY_LEN + ST_SST_OVERHEAD : 0))
 #define ST_AREC_BYTES    ((uint64_t)ST_DBKEY_LEN + 8 + ST_SST_OVERHEAD)
 #define ST_TOMB_BYTES    ((uint64_t)ST_DBKEY_LEN + ST_SST_OVERHEAD)
+/* The tombstones removing a chunk's records leave: one per record. */
+#define ST_CTOMB_BYTES(inl) (ST_TOMB_BYTES * ((inl) ? 2u : 1u))
 
 #define ST_BATCH_MAX     (256u << 10)   /* largest WriteBatch we write */
 #define ST_BATCH_KEYS    4096           /* keys per deletion/access-time batch (< ST_BATCH_MAX) */
@@ -59,6 +65,7 @@ typedef struct st_entry {
     uint8_t touched;                    /* read since open: atime to write back */
     uint8_t has_arec;                   /* an 'A' record exists in RocksDB */
     uint8_t pinned;                     /* pinned in the policy (a pin prefix matches) */
+    uint8_t legacy;                     /* inline, its bytes in its 'C' record (written before 'D') */
 } st_entry;
 
 
@@ -162,7 +169,7 @@ static inline int st_is_inline(const st_entry *e)
  * their tombstones, so that removing it never needs room. */
 static inline uint64_t st_meta_charge(const st_entry *e)
 {
-    return 2 * (ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + ST_TOMB_BYTES) +
+    return 2 * (ST_REC_BYTES(st_is_inline(e) ? e->len : 0) + ST_CTOMB_BYTES(st_is_inline(e))) +
            (e->has_arec ? 2 * (ST_AREC_BYTES + ST_TOMB_BYTES) : 0);
 }
 
@@ -196,6 +203,7 @@ static inline uint64_t st_compact_thr_locked(const nvme_tier *s)
 typedef struct st_rec {
     unsigned kind;
     uint64_t cls_bytes, slot, len, csum, atime;
+    int legacy;                 /* inline with its bytes in the record (else in 'D') */
 } st_rec;
 
 /* ---- in nvme.c, used by nvme_load.c ---- */

@@ -294,6 +294,7 @@ static st_entry *st_load_record(nvme_tier *s, const uint8_t *k, const uint8_t *v
     e->len = (uint32_t)r.len;
     e->csum = r.csum;
     e->atime = r.atime;
+    e->legacy = (uint8_t)r.legacy;
     e->refs = 1;
     return e;
 }
@@ -330,11 +331,25 @@ static int st_load_index(nvme_tier *s, st_dels *d, char *err, size_t errlen)
     }
     rocksdb_readoptions_set_fill_cache(ro, 0);
     it = rocksdb_create_iterator(s->db, ro);
+    /* Every key but the 'D' records (the inline chunks' bytes, nearly all
+     * of the index's size): the iterator jumps from the first 'D' key to
+     * the first key after them, so opening reads the small records only.
+     * A 'D' record is written and deleted in one batch with its 'C'
+     * record, so none is an orphan. */
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
-        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vlen);
+        const uint8_t *v;
         st_entry *ent;
+
+        if (klen >= 1 && k[0] == ST_PFX_DATA) {
+            const char after[1] = { ST_PFX_DATA + 1 };
+            rocksdb_iter_seek(it, after, 1);
+            if (!rocksdb_iter_valid(it))
+                break;
+            k = (const uint8_t *)rocksdb_iter_key(it, &klen);
+        }
+        v = (const uint8_t *)rocksdb_iter_value(it, &vlen);
 
         if (klen == 1 && k[0] == ST_META_KEY[0])
             continue;
@@ -390,20 +405,19 @@ fail:
     return rc;
 }
 
-static int st_cmp_slot(const void *a, const void *b)
+/* Entries sorted by a key held beside the pointer (no pointer chasing in
+ * the comparisons: an open sorts millions). */
+typedef struct st_sortent {
+    uint64_t k;
+    st_entry *e;
+    size_t vi;                  /* its index in the collected array */
+} st_sortent;
+
+static int st_cmp_sortent(const void *a, const void *b)
 {
-    const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
+    uint64_t x = ((const st_sortent *)a)->k, y = ((const st_sortent *)b)->k;
 
-    if (x->cls != y->cls)
-        return x->cls < y->cls ? -1 : 1;
-    return x->slot < y->slot ? -1 : x->slot > y->slot;
-}
-
-static int st_cmp_atime(const void *a, const void *b)
-{
-    const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
-
-    return x->atime < y->atime ? -1 : x->atime > y->atime;
+    return x < y ? -1 : x > y;
 }
 
 /* Delete an entry found at open (no accounting yet). */
@@ -414,6 +428,10 @@ static void st_drop_at_open(nvme_tier *s, st_dels *d, st_entry *e)
     nvme__unhash_locked(s, e);
     st_dbkey(k, ST_PFX_CHUNK, e->key);
     st_dels_add(s, d, k, sizeof(k));
+    if (st_is_inline(e) && !e->legacy) {
+        k[0] = ST_PFX_DATA;
+        st_dels_add(s, d, k, sizeof(k));
+    }
     if (e->has_arec) {
         k[0] = ST_PFX_ATIME;
         st_dels_add(s, d, k, sizeof(k));
@@ -429,41 +447,47 @@ static void st_drop_at_open(nvme_tier *s, st_dels *d, st_entry *e)
  */
 static int st_rebuild(nvme_tier *s, st_dels *d, char *err, size_t errlen)
 {
-    st_entry **v = malloc((gr__htab_count(&s->table) + 1) * sizeof(*v));
-    size_t n = 0, i = 0, all;
+    size_t cap = gr__htab_count(&s->table) + 1, n = 0, i = 0, all;
+    st_entry **v = malloc(cap * sizeof(*v));
+    st_sortent *se = malloc(cap * sizeof(*se));
 
-    if (!v) {
+    if (!v || !se) {
+        free(v);
+        free(se);
         snprintf(err, errlen, "%s: out of memory", s->path);
         return -ENOMEM;
     }
     all = nvme__collect_locked(s, v);
     for (size_t j = 0; j < all; j++)
         if (!st_is_inline(v[j]))
-            v[n++] = v[j];
-    qsort(v, n, sizeof(*v), st_cmp_slot);
+            se[n++] = (st_sortent){ (uint64_t)v[j]->cls << 32 | v[j]->slot, v[j], j };
+    qsort(se, n, sizeof(*se), st_cmp_sortent);
     for (int ci = 0; ci < s->ncls; ci++) {
         st_class *c = &s->cls[ci];
         uint64_t end = 0;
         int rc = 0;
 
-        for (; i < n && v[i]->cls == ci; i++) {
-            uint64_t off = (uint64_t)v[i]->slot * c->size;
-            if (c->nslots && v[i]->slot < c->nslots) {
-                st_drop_at_open(s, d, v[i]);        /* second owner of one slot */
+        for (; i < n && se[i].e->cls == ci; i++) {
+            st_entry *e = se[i].e;
+            uint64_t off = (uint64_t)e->slot * c->size;
+            if (c->nslots && e->slot < c->nslots) {
+                v[se[i].vi] = NULL;
+                st_drop_at_open(s, d, e);           /* second owner of one slot */
                 continue;
             }
-            for (uint32_t f = c->nslots; f < v[i]->slot && rc == 0; f++)
+            for (uint32_t f = c->nslots; f < e->slot && rc == 0; f++)
                 rc = nvme__heap_push(c, f);
             if (rc == 0 && off > end)
                 rc = nvme__punch(c, end, off - end);
-            end = off + st_round(v[i]->len);
-            c->nslots = v[i]->slot + 1;
+            end = off + st_round(e->len);
+            c->nslots = e->slot + 1;
         }
         if (rc == 0 && ftruncate(c->fd, (off_t)end) < 0)
             rc = -errno;
         if (rc < 0) {
             snprintf(err, errlen, "%s/data-%" PRIu64 ".dat: %s", s->path, c->size, strerror(-rc));
             free(v);
+            free(se);
             return rc;
         }
     }
@@ -472,17 +496,21 @@ static int st_rebuild(nvme_tier *s, st_dels *d, char *err, size_t errlen)
      * FIFO) restart in the order they had.  Only the access time persists:
      * lfu's frequencies, s3fifo's queues and ghost, and epoch's hit age and
      * ghost are rebuilt by the traffic after a restart. */
-    n = nvme__collect_locked(s, v);
-    qsort(v, n, sizeof(*v), st_cmp_atime);
+    for (n = 0, i = 0; i < all; i++)
+        if (v[i])
+            se[n++] = (st_sortent){ v[i]->atime, v[i], i };
+    qsort(se, n, sizeof(*se), st_cmp_sortent);
     for (i = 0; i < n; i++) {
-        nvme__policy_insert_locked(s, v[i]);
-        s->meta_live += st_meta_charge(v[i]);
-        if (!st_is_inline(v[i]))
-            s->slot_bytes += st_round(v[i]->len);
-        if (v[i]->atime > s->tick)
-            s->tick = v[i]->atime;
+        st_entry *e = se[i].e;
+        nvme__policy_insert_locked(s, e);
+        s->meta_live += st_meta_charge(e);
+        if (!st_is_inline(e))
+            s->slot_bytes += st_round(e->len);
+        if (e->atime > s->tick)
+            s->tick = e->atime;
     }
     free(v);
+    free(se);
     return 0;
 }
 
@@ -555,7 +583,8 @@ int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
         goto fail;
     }
     min = s->reserve + (s->max_chunk > s->inline_max ? st_round(s->max_chunk) : 0) +
-          2 * (ST_REC_BYTES(s->max_chunk > s->inline_max ? 0 : s->max_chunk) + ST_TOMB_BYTES);
+          2 * (ST_REC_BYTES(s->max_chunk > s->inline_max ? 0 : s->max_chunk) +
+               ST_CTOMB_BYTES(s->max_chunk <= s->inline_max));
     if (s->capacity < min) {
         rc = -EINVAL;
         snprintf(err, errlen, "nvme %s: capacity %" PRIu64 " too small: the index needs a "
@@ -576,6 +605,19 @@ int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
         (rc = st_open_files(s, err, errlen)) < 0)
         goto fail;
     d.b = rocksdb_writebatch_create();
+    {
+        /* Size the table for what the index holds (about half its keys
+         * are 'D' records), so loading does not grow it step by step. */
+        uint64_t keys = 0;
+        if (rocksdb_property_int(s->db, "rocksdb.estimate-num-keys", &keys) == 0 && keys > 2048 &&
+            gr__htab_count(&s->table) == 0) {
+            gr__htab t;
+            if (gr__htab_init(&t, (size_t)(keys / 2 < (1u << 30) ? keys / 2 : (1u << 30))) == 0) {
+                gr__htab_fini(&s->table);
+                s->table = t;
+            }
+        }
+    }
     if ((rc = st_load_index(s, &d, err, errlen)) < 0 || (rc = st_rebuild(s, &d, err, errlen)) < 0)
         goto fail;
     st_dels_flush(s, &d);
