@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -437,6 +438,47 @@ static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8
 
 /* Open a connection to c->path and say HELLO: c->fd and c->max_data set,
  * 0; or -errno with c->fd closed (-1). */
+/*
+ * The connection's socket lives at descriptor GR_FD_FLOOR or above (half
+ * the descriptor limit when that is lower), not at the lowest free number:
+ * programs pick small numbers for themselves (a shell's `exec 4<file`
+ * dup2s onto 4 whatever is there), and a library descriptor in that range
+ * gets clobbered.  Returns the descriptor to use (fd itself if it cannot
+ * be moved).
+ */
+#define GR_FD_FLOOR 512
+static int fd_high(int fd)
+{
+    struct rlimit rl;
+    int floor = GR_FD_FLOOR, n;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)floor * 2)
+        floor = (int)(rl.rlim_cur / 2);
+    if (fd < 0 || fd >= floor)
+        return fd;
+    n = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (n < 0)
+        return fd;
+    close(fd);
+    return n;
+}
+
+int gr__client_fd(gr_client *c)
+{
+    return __atomic_load_n(&c->fd, __ATOMIC_RELAXED);
+}
+
+void gr__client_disown_fd(gr_client *c, int fd, int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&c->lock);
+    if (c->fd == fd)
+        __atomic_store_n(&c->fd, -1, __ATOMIC_RELAXED);
+    if (lock)
+        pthread_mutex_unlock(&c->lock);
+}
+
 static int dial(gr_client *c)
 {
     int ms = timeout_ms();
@@ -447,7 +489,7 @@ static int dial(gr_client *c)
     uint32_t id;
     int rc;
 
-    c->fd = gr__unix_connect(c->path, SOCK_SEQPACKET);
+    c->fd = fd_high(gr__unix_connect(c->path, SOCK_SEQPACKET));
     if (c->fd < 0) {
         rc = c->fd;
         goto fail;

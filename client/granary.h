@@ -64,7 +64,10 @@ typedef struct gr_file gr_file;
  * else /run/granary/granary.sock.  Returns a client the caller frees with
  * gr_disconnect, or NULL with errno set (ENOENT / ECONNREFUSED: no daemon;
  * EPROTONOSUPPORT: the daemon speaks another protocol version; EUSERS: the
- * daemon has max_clients connections already).
+ * daemon has max_clients connections already).  The client's one lasting
+ * descriptor, its socket (close-on-exec), is kept at 512 or above (half
+ * the descriptor limit if that is lower), out of the numbers programs pick
+ * for themselves.
  */
 gr_client *gr_connect(const char *socket_path);
 

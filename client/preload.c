@@ -93,6 +93,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "granary_int.h"
 #include "clock.h"
 #include "ini.h"
 #include "preload_int.h"
@@ -1052,11 +1053,37 @@ static void pl_dup_track(int oldfd, int newfd)
     errno = e;
 }
 
+/*
+ * The program is about to make descriptor number fd its own (close, or
+ * dup2/dup3 onto it).  If that is a connection's socket (libgranary keeps
+ * it at 512 or above, so this is rare: `exec 600<file`, a loop closing
+ * every descriptor), the connection forgets it without closing it, so
+ * nothing of the shim's closes the program's descriptor later (a child
+ * after fork drops its connections by closing them), and is broken: its
+ * files fall back to the real calls.  Before anything that may drop
+ * connections (pl_detach in a child).
+ */
+static void pl_disown(int fd)
+{
+    if (fd < 0 || pl_busy || !__atomic_load_n(&pl.conns, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&pl.lock);
+    for (pl_conn *c = pl.conns; c; c = c->next)
+        if (gr__client_fd(c->c) == fd) {
+            gr__client_disown_fd(c->c, fd, !pl.forked);
+            __atomic_store_n(&c->broken, 1, __ATOMIC_RELAXED);
+        }
+    pthread_mutex_unlock(&pl.lock);
+}
+
 /* close: the real call; a served descriptor that is closed stops being
  * served and the last one of a file releases its daemon handle. */
 int close(int fd)
 {
-    pl_file *pf = pl_detach(fd, NULL);
+    pl_file *pf;
+
+    pl_disown(fd);
+    pf = pl_detach(fd, NULL);
     int r = CALL_REAL(close, fd);
 
     pl_put(pf);
@@ -1078,7 +1105,11 @@ int dup(int oldfd)
 
 int dup2(int oldfd, int newfd)
 {
-    int r = CALL_REAL(dup2, oldfd, newfd);
+    int r;
+
+    if (oldfd != newfd)
+        pl_disown(newfd);
+    r = CALL_REAL(dup2, oldfd, newfd);
 
     if (r >= 0 && oldfd != newfd) {
         pl_put(pl_detach(newfd, NULL)); /* newfd was closed by the call */
@@ -1089,7 +1120,11 @@ int dup2(int oldfd, int newfd)
 
 int dup3(int oldfd, int newfd, int flags)
 {
-    int r = CALL_REAL(dup3, oldfd, newfd, flags);
+    int r;
+
+    if (oldfd != newfd)
+        pl_disown(newfd);
+    r = CALL_REAL(dup3, oldfd, newfd, flags);
 
     if (r >= 0) {
         pl_put(pl_detach(newfd, NULL));

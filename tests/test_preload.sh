@@ -70,6 +70,11 @@ run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
 run_both dd 5000000 sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin"
 run_both "shell redirect" 5000000 sh -c 'cat < "$1"' sh "$dir/src/big.bin"
 run_both "redirect to fd 3" 5000000 sh -c 'exec 3< "$1"; cat <&3' sh "$dir/src/big.bin"
+# bash saves whatever holds the number it redirects onto and dup2()s over
+# it: with the shim's socket at the lowest free number (4 here, after the
+# open of the file itself) its forked child used to close the program's
+# descriptor 4 when dropping the parent's connection.
+run_both "bash exec 4<" 5000000 bash -c 'exec 4< "$1"; cat <&4 | cat' bash "$dir/src/big.bin"
 # stdio: sha256sum fopen()s and fread()s; `md5sum < file` reads stdin;
 # sed getline()s; numpy.load reads the header with Python and the array
 # with fread on an fdopen()ed dup of the descriptor.
@@ -322,6 +327,44 @@ def stdio():
     os.close(fd)
 
 
+def clobber():
+    """The program takes the shim's socket number over (dup2 onto it, as a
+    shell's `exec N<` does): the shim forgets it, never closes it, and its
+    files fall back; a child after fork keeps the program's descriptor;
+    new opens connect again."""
+    import resource
+    f = open(big, "rb", buffering=0)
+    assert f.read(1000) == data[:1000]
+    socks = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + n).startswith("socket:"):
+                socks.append(int(n))
+        except OSError:                                    # listdir's own descriptor
+            pass
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert len(socks) == 1 and socks[0] >= min(512, soft // 2), socks   # kept high
+    s = socks[0]
+    outside = os.open(os.path.join(out, "outside.txt"), os.O_RDONLY)
+    os.dup2(outside, s)
+    assert f.read(2000) == data[1000:3000]                # falls back, still right
+    pid = os.fork()
+    if pid == 0:
+        ok = os.pread(s, 100, 0) == b"outside\n"          # not closed by the child's reset
+        with open(os.path.join(src, "small.txt"), "rb") as g:
+            ok = ok and g.read() == b"hello granary\n"
+        ok = ok and os.pread(s, 100, 0) == b"outside\n"
+        os._exit(0 if ok else 1)
+    _, st = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(st) == 0, "child failed"
+    with open(os.path.join(src, "small.txt"), "rb") as g:    # a new connection
+        assert g.read() == b"hello granary\n"
+    os.close(s)                                            # closing it is the program's business
+    assert f.read() == data[3000:]
+    assert os.pread(outside, 100, 0) == b"outside\n"
+    f.close()
+
+
 def mmap_served():
     """Read-only mmaps of a served file are the daemon's pages (the arena's
     memfd in /proc/self/maps, not a copy); the tail past the end of the file
@@ -389,7 +432,7 @@ def mmap_served():
 
 globals()[test]()
 PY
-for t in offsets fork threads mmap_sendfile reuse mmap_served stdio; do
+for t in offsets fork threads mmap_sendfile reuse clobber mmap_served stdio; do
     b=$(served)
     lc=                                 # mmap_served counts leases: none kept by the lease cache
     [ $t = mmap_served ] && lc=0
