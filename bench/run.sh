@@ -13,10 +13,13 @@
 #   6. bench/warmup.sh granaryctl warmup of many small files on the DFS beside
 #                      a parallel cat of them
 #   7. bench/isolation.sh  what multi-user isolation costs on hot reads
-#   8. bench/meta.sh   the DFS's metadata operations per epoch (direct, Granary
+#   8. bench/fio.sh    fio psync 4 KiB reads, page cache beside the shim
+#      bench/touch.sh  a fresh process's first pass over cached data against
+#                      its second, per [dram] huge_pages setting
+#   9. bench/meta.sh   the DFS's metadata operations per epoch (direct, Granary
 #                      with access proofs, Granary with a registered dataset)
 #                      and the stat rate, on MooseFS
-#   9. bench/imagefolder.sh  samples/s of an ImageFolder epoch (JPEG decode
+#  10. bench/imagefolder.sh  samples/s of an ImageFolder epoch (JPEG decode
 #                      included): torchvision plain, under the shim, and
 #                      granary.torch.GranaryImageFolder, cold and warm, on MooseFS
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
@@ -54,6 +57,8 @@ HOT_OUT=$OUT HOT_SIZE_MB=$hot_mb HOT_ROUNDS=$hot_rounds bench/hot.sh > /dev/null
 bench/sim.sh > /dev/null
 WARMUP_FILES=$warm_files bench/warmup.sh > /dev/null
 bench/isolation.sh > /dev/null
+bench/fio.sh > /dev/null
+TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
 { echo "## Metadata operations per epoch (bench/meta.sh $meta_files)"; echo; echo '```';
   bench/meta.sh "$meta_files" | grep -v '^META_'; echo '```'; } > "$OUT/meta.md" 2>&1 ||
     echo "meta: failed (see $OUT/meta.md)" >> "$OUT/meta.md"
@@ -63,7 +68,7 @@ bench/isolation.sh > /dev/null
 
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation meta imagefolder; do
+    for part in local hot sim warmup isolation fio touch meta imagefolder; do
         echo
         cat "$OUT/$part.md"
     done
