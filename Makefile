@@ -72,7 +72,7 @@ TESTS      := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
-              $(B)/tests/isolation_probe \
+              $(B)/tests/isolation_probe $(B)/tests/an_workload \
               $(B)/tests/libfaultinject.so \
               $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
 

@@ -200,6 +200,9 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
  *                   "bw" (bytes/s, 0: unlimited), "path"... -> "job"
  *   WARMUP_STATUS                   none -> per job "job", "state", "files", ...
  *   WARMUP_CANCEL                   "job" -> "job"
+ *   ANALYZE                         ["job"] -> "jobs", then per job "job",
+ *                                   "class", figures, "tier" groups, "rec"s
+ *                                   (PROTOCOL.md; anyone: one's own jobs)
  * Returns 0, or -1 with errno: EPERM when the caller is neither root nor in
  * the daemon's [daemon] admin_group (every command but HEALTH, CONFIG and
  * WARMUP_STATUS), E2BIG when the arguments do not fit one message, or the
@@ -214,6 +217,7 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 #define GR_ADMIN_WARMUP        7
 #define GR_ADMIN_WARMUP_STATUS 8
 #define GR_ADMIN_WARMUP_CANCEL 9
+#define GR_ADMIN_ANALYZE       14
 
 #define GR_ADMIN_DATASET_ADD    10  /* "path", "stamp" (a file), "recheck" (s) -> "id" */
 #define GR_ADMIN_DATASET_LIST   11  /* none -> per dataset "id", "path", "state", ... */

@@ -54,6 +54,7 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_DATASET_LIST = 11,  /* the registered datasets (anyone) */
     PROTO_ADMIN_DATASET_REMOVE = 12, /* unregister one (admin only) */
     PROTO_ADMIN_DATASET_RESCAN = 13, /* scan one again now (admin only) */
+    PROTO_ADMIN_ANALYZE = 14,   /* how each job reads, and what to set (anyone: own jobs) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 

@@ -4,7 +4,7 @@
  * that cannot be allocated fails the connection instead of hanging the
  * client; empty packets and surplus fds never leak descriptors (issue 21);
  * every refusal reaches the client with its reason; client-reported
- * counters (REPORT).
+ * counters (REPORT); ADMIN ANALYZE as PROTOCOL.md describes it.
  */
 #include <check.h>
 #include <dirent.h>
@@ -499,6 +499,146 @@ START_TEST(test_openx_from_the_spec)
 }
 END_TEST
 
+/* The value of the first record called name in a reply, as a number (the
+ * text's length for a text record, UINT64_MAX when absent); *text set for
+ * text records. */
+static uint64_t rec_find(const proto_msg *m, const char *name, const char **text, uint32_t *tlen)
+{
+    size_t off = 0;
+    proto_rec r;
+
+    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1) {
+        if (!proto_rec_is(&r, name))
+            continue;
+        if (r.kind == PROTO_REC_STR) {
+            if (text)
+                *text = r.str;
+            if (tlen)
+                *tlen = r.len;
+            return r.len;
+        }
+        return r.u64;
+    }
+    return UINT64_MAX;
+}
+
+/* ANALYZE (ADMIN 14) built from PROTOCOL.md: no fields, or one numeric
+ * "job"; a text "job", an unknown field or job 0 of nobody is refused with
+ * -EINVAL / -ENOENT and the connection kept; ADMIN 15 is refused by the
+ * decoder (-EPROTO), the connection kept; after 600 4 KiB reads at random offsets the reply
+ * starts with "jobs", then "job", and names this process group's job
+ * random-small, with hit ratios in basis points and recommendations. */
+START_TEST(test_analyze_from_the_spec)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 512], recs[256];
+    char path[600];
+    const char *txt = NULL;
+    uint32_t tlen = 0, h;
+    proto_msg m;
+    proto_rec r;
+    size_t off;
+    ssize_t len;
+    uint64_t seed = 7;
+    int fd;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/f", d.src);
+    tu_write_pattern(path, 3, 4u << 20);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    /* refusals, the connection kept */
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "job", "1", 1), 0);
+    len = proto_enc_admin(req, sizeof(req), 1, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "path", 1), 0);
+    len = proto_enc_admin(req, sizeof(req), 2, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "job", 123456789), 0);
+    len = proto_enc_admin(req, sizeof(req), 3, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -ENOENT);
+    /* the command after ANALYZE does not exist: the decoder refuses it */
+    len = proto_enc_admin(req, sizeof(req), 4, PROTO_ADMIN_ANALYZE, NULL, 0);
+    req[PROTO_HDR_LEN] = PROTO_ADMIN_ANALYZE + 1;
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    /* 600 random 4 KiB READs */
+    len = proto_enc_open(req, sizeof(req), 5, path, strlen(path));
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    h = m.u.attr.handle;
+    for (int i = 0; i < 600; i++) {
+        proto_read rd = { .handle = h, .len = 4096 };
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        rd.off = (seed >> 33) % ((4u << 20) / 4096) * 4096;
+        len = proto_enc_read(req, sizeof(req), 100 + (uint32_t)i, &rd);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+    }
+    len = proto_enc_admin(req, sizeof(req), 6, PROTO_ADMIN_ANALYZE, NULL, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    off = 0;
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "jobs") && r.kind == PROTO_REC_U64 && r.u64 == 1);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "job") && r.kind == PROTO_REC_U64 && r.u64 >= 1);
+    ck_assert_uint_eq(rec_find(&m, "pgid", NULL, NULL), (uint64_t)getpgrp());
+    ck_assert_uint_eq(rec_find(&m, "uid", NULL, NULL), (uint64_t)getuid());
+    ck_assert_uint_eq(rec_find(&m, "requests", NULL, NULL), 600);
+    ck_assert_uint_eq(rec_find(&m, "class", &txt, &tlen), strlen("random-small"));
+    ck_assert(memcmp(txt, "random-small", tlen) == 0);
+    ck_assert_uint_ge(rec_find(&m, "random_bp", NULL, NULL), 9000);
+    ck_assert_uint_le(rec_find(&m, "hit_lru_bp", NULL, NULL), 10000);
+    ck_assert_uint_le(rec_find(&m, "hit_belady_bp", NULL, NULL), 10000);
+    ck_assert_uint_ne(rec_find(&m, "rec", NULL, NULL), UINT64_MAX);
+    ck_assert_uint_eq(rec_find(&m, "tier", &txt, &tlen), 4);
+    ck_assert(memcmp(txt, "dram", 4) == 0);
+    /* by job id: the same job */
+    {
+        uint64_t id = rec_find(&m, "job", NULL, NULL);
+        off = 0;
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "job", id), 0);
+        len = proto_enc_admin(req, sizeof(req), 7, PROTO_ADMIN_ANALYZE, recs, off);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(rec_find(&m, "job", NULL, NULL), id);
+    }
+    /* 16 pipelined: each answered, with the report or -EBUSY (at most a
+     * few are built at a time), and the connection kept */
+    {
+        struct iovec iov = { req, 0 };
+        int ok = 0, busy = 0, got[4], ngot;
+        len = proto_enc_admin(req, sizeof(req), 50, PROTO_ADMIN_ANALYZE, NULL, 0);
+        iov.iov_len = (size_t)len;
+        for (int i = 0; i < 16; i++)
+            ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), len);
+        for (int i = 0; i < 16; i++) {
+            size_t used;
+            ssize_t n = gr__recv_fds(fd, rbuf, sizeof(rbuf), got, 4, &ngot, 0, NULL);
+            ck_assert_int_gt(n, 0);
+            ck_assert_int_eq(proto_decode(rbuf, (size_t)n, &m, &used), 0);
+            ok += m.h.status == 0;
+            busy += m.h.status == -EBUSY;
+        }
+        ck_assert_int_eq(ok + busy, 16);
+        ck_assert_int_ge(ok, 1);
+        len = proto_enc_admin(req, sizeof(req), 51, PROTO_ADMIN_HEALTH, NULL, 0);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+    }
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* REPORT adds the client-kept counters (GR_CLIENT_STATS) to the daemon's,
  * saturating, ignores other names, answers with an empty success, refuses
  * text records; the first report of a GPU path is logged once. */
@@ -567,6 +707,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_admin_fields_and_noreply);
     tcase_add_test(tc, test_openx_from_the_spec);
     tcase_add_test(tc, test_report);
+    tcase_add_test(tc, test_analyze_from_the_spec);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -192,6 +192,11 @@ int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen)
     return rc;
 }
 
+policy_kind dram_policy_kind(const dram *d)
+{
+    return policy_get_kind(d->pol);
+}
+
 arena *dram_arena(dram *d)
 {
     return d->ar;
