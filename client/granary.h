@@ -64,7 +64,10 @@ typedef struct gr_file gr_file;
  * else /run/granary/granary.sock.  Returns a client the caller frees with
  * gr_disconnect, or NULL with errno set (ENOENT / ECONNREFUSED: no daemon;
  * EPROTONOSUPPORT: the daemon speaks another protocol version; EUSERS: the
- * daemon has max_clients connections already).
+ * daemon has max_clients connections already).  The client's one lasting
+ * descriptor, its socket (close-on-exec), is kept at 512 or above (half
+ * the descriptor limit if that is lower), out of the numbers programs pick
+ * for themselves.
  */
 gr_client *gr_connect(const char *socket_path);
 
@@ -74,7 +77,9 @@ gr_client *gr_connect(const char *socket_path);
 void gr_disconnect(gr_client *c);
 
 /*
- * Open path (absolute, under the daemon's roots) for reading.  The file's
+ * Open path (under the daemon's roots; a relative path is taken from the
+ * working directory at this call, lexically, like os.path.abspath) for
+ * reading.  The file's
  * identity and size are fixed at this moment: reads return these bytes or
  * fail with ESTALE, never a mix.  Returns a file the caller frees with
  * gr_close, or NULL with errno set.
@@ -144,11 +149,11 @@ void gr_ref_release(gr_ref *ref);
  *
  * Returns 0, or -1 with errno (E2BIG: the caller's lists are at [prefetch]
  * hint_max_entries chunks or hint_memory bytes; ENAMETOOLONG, EINVAL: a
- * malformed range; the connection's errors).  gr_hint_status says which
+ * malformed range (an empty path); the connection's errors).  gr_hint_status says which
  * ranges failed later.
  */
 typedef struct gr_hint {
-    const char *path;   /* absolute, under the daemon's roots */
+    const char *path;   /* under the daemon's roots; relative: from the working directory */
     uint64_t off;       /* first byte */
     uint64_t len;       /* bytes from off; 0 means to the end of the file */
 } gr_hint;

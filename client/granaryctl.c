@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "path.h"
 #include "size.h"
 
 #define EXIT_FAIL 1
@@ -286,8 +287,16 @@ static int cmd_path_admin(int argc, char **argv, int cmd)
     }
     c = connect_or_die();
     for (int i = 1; i < argc && rc == 0; i++) {
-        gr_field arg = text_field("path", argv[i]), *f;
+        char abs[8192];
+        gr_field arg, *f;
         size_t n;
+        int pe = gr__path_abs(argv[i], abs, sizeof(abs));   /* relative: from the cwd */
+        if (pe < 0) {
+            fprintf(stderr, "granaryctl: %s %s: %s\n", argv[0], argv[i], strerror(-pe));
+            rc = EXIT_FAIL;
+            break;
+        }
+        arg = text_field("path", abs);
         if (gr_admin(c, cmd, &arg, 1, &f, &n) < 0) {
             int e = errno;
             fprintf(stderr, "granaryctl: %s %s: %s\n", argv[0], argv[i], gr_strerror_last(c));
@@ -565,10 +574,9 @@ static int wbatch_add(wbatch *b, const char *path)
     if (b->rc)
         return b->rc;
     if (path[0] != '/') {
-        char cwd[4096];
-        if (!getcwd(cwd, sizeof(cwd)) ||
-            (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs)) {
-            fprintf(stderr, "granaryctl: warmup: %s: %s\n", path, strerror(ENAMETOOLONG));
+        int pe = gr__path_abs(path, abs, sizeof(abs));
+        if (pe < 0) {
+            fprintf(stderr, "granaryctl: warmup: %s: %s\n", path, strerror(-pe));
             return b->rc = EXIT_FAIL;
         }
         path = abs;

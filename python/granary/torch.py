@@ -22,6 +22,18 @@ samples' files to the daemon as job hints, in that order::
     sampler = HintingSampler(RandomSampler(ds), ds)
     loader = DataLoader(ds, batch_size=256, num_workers=8, sampler=sampler)
 
+A labelled, torchvision-style image dataset: :class:`GranaryImageFolder`
+is ``torchvision.datasets.ImageFolder`` (``classes``, ``class_to_idx``,
+``samples``, ``targets``, ``loader``, ``transform``, ``target_transform``)
+with the files read through Granary::
+
+    ds = GranaryImageFolder("/mnt/lustre/imagenet/train", transform=train_tf)
+    sampler = HintingSampler(RandomSampler(ds), ds)
+
+HintingSampler also hints torchvision's own datasets (any dataset with
+``samples``, ``imgs``, ``paths`` or ``files``); one it cannot hint runs
+unhinted with a warning.
+
 torch is optional: without it GranaryDataset is a plain class with the same
 ``__len__``/``__getitem__`` protocol (usable with any loader that takes a
 map-style dataset) and HintingSampler a plain iterable; with it, they
@@ -59,7 +71,8 @@ except ImportError:                     # torch is optional
     _SamplerBase = object
     HAVE_TORCH = False
 
-__all__ = ["GranaryDataset", "HintingSampler", "HAVE_TORCH", "list_files", "SampleRef",
+__all__ = ["GranaryDataset", "GranaryImageFolder", "IMG_EXTENSIONS", "find_classes",
+           "HintingSampler", "HAVE_TORCH", "list_files", "SampleRef",
            "read_tensor", "ref_collate", "DeviceCollate", "DeviceSamples", "DeviceLoader"]
 
 
@@ -139,7 +152,7 @@ class GranaryDataset(_Base):
         if self.lazy:
             return self.sample_ref(index)
         path = self.files[index]
-        with self._get_client().open(path) as f:
+        with self._get_client().open(path, buffering=0) as f:
             data = f.readall()
         return self.transform(data) if self.transform is not None else data
 
@@ -157,6 +170,103 @@ class GranaryDataset(_Base):
         self._client = None
 
 
+#: The file name endings GranaryImageFolder takes by default
+#: (torchvision.datasets.folder.IMG_EXTENSIONS).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def find_classes(root):
+    """(classes, class_to_idx) of an ImageFolder tree: the sorted names of
+    root's subdirectories, each numbered by its place.  FileNotFoundError
+    when there is none (torchvision's ``find_classes``)."""
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
+    return classes, {c: i for i, c in enumerate(classes)}
+
+
+class GranaryImageFolder(GranaryDataset):
+    """``torchvision.datasets.ImageFolder``, read through Granary.
+
+    ``root/<class>/**/<file>``: each class is a subdirectory of ``root``
+    (sorted names, numbered 0, 1, ...), each sample a file under it (walked
+    recursively, following links, sorted) whose name ends with one of
+    ``extensions`` (case-insensitive; default :data:`IMG_EXTENSIONS`) or for
+    which ``is_valid_file(path)`` is true (give one of the two).  The same
+    attributes as torchvision's: ``classes``, ``class_to_idx``, ``samples``
+    (``(path, class_index)``, paths absolute), ``imgs`` (the same list),
+    ``targets``, ``loader``, ``transform``, ``target_transform``, ``root``;
+    ``ds[i]`` is ``(transform(loader(path)), target_transform(class))``.
+
+    The default ``loader`` reads the whole file through Granary (one
+    request for a file of one chunk, on this process's own connection, as
+    GranaryDataset) and decodes it with PIL, converted to RGB, as
+    torchvision's default loader does.  A ``loader`` given is called with
+    the path, as torchvision calls it (``granary.open(path)`` inside it
+    reads through Granary).  ``HintingSampler(sampler, ds)`` hints its
+    files.  A class with no valid file raises FileNotFoundError, as in
+    torchvision.
+    """
+
+    def __init__(self, root, transform=None, target_transform=None, loader=None,
+                 is_valid_file=None, extensions=None, socket=None):
+        if extensions is not None and is_valid_file is not None:
+            raise ValueError("Both extensions and is_valid_file cannot be not None at the same time")
+        if extensions is None and is_valid_file is None:
+            extensions = IMG_EXTENSIONS
+        self.root = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(root))))
+        self.classes, self.class_to_idx = find_classes(self.root)
+        self.extensions = tuple(extensions) if extensions is not None else None
+        if is_valid_file is None:
+            exts = tuple(x.lower() for x in self.extensions)
+            is_valid_file = lambda p: p.lower().endswith(exts)   # noqa: E731
+        samples, empty = [], []
+        for cls in self.classes:
+            idx = self.class_to_idx[cls]
+            n = len(samples)
+            for d, _dirs, names in sorted(os.walk(os.path.join(self.root, cls), followlinks=True)):
+                for name in sorted(names):
+                    p = os.path.join(d, name)
+                    if is_valid_file(p):
+                        samples.append((p, idx))
+            if len(samples) == n:
+                empty.append(cls)
+        if empty:
+            msg = "Found no valid file for the classes %s. " % ", ".join(sorted(empty))
+            if self.extensions is not None:
+                msg += "Supported extensions are: %s" % ", ".join(self.extensions)
+            raise FileNotFoundError(msg)
+        super().__init__([p for p, _ in samples], socket=socket)
+        self.samples = samples
+        self.imgs = samples
+        self.targets = [t for _, t in samples]
+        self.transform = transform
+        self.target_transform = target_transform
+        self.loader = loader if loader is not None else self.granary_loader
+
+    def read_bytes(self, path):
+        """The whole file at ``path``, read through this process's client."""
+        with self._get_client().open(path, buffering=0) as f:
+            return f.readall()
+
+    def granary_loader(self, path):
+        """The default loader: the file through Granary, decoded by PIL,
+        as an RGB ``PIL.Image``."""
+        import io
+        from PIL import Image
+        img = Image.open(io.BytesIO(self.read_bytes(path)))
+        return img.convert("RGB")
+
+    def __getitem__(self, index):
+        path, target = self.samples[index]
+        sample = self.loader(path)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+
 def _flat(order):
     """Indices of an epoch's order, with batches (lists from a BatchSampler)
     flattened."""
@@ -167,6 +277,25 @@ def _flat(order):
             yield x
 
 
+#: Where HintingSampler looks for a dataset's file paths, in this order.
+_PATH_ATTRS = ("paths", "files", "samples", "imgs")
+
+
+class _NoHints(TypeError):
+    """The dataset names no files HintingSampler could hint."""
+
+
+def _entry_path(e, attr, i):
+    """The file path of a dataset's entry (a path, or a tuple/list whose
+    first item is one), absolute."""
+    if isinstance(e, (tuple, list)) and e:
+        e = e[0]
+    if isinstance(e, (str, bytes, os.PathLike)):
+        return os.path.abspath(os.fsdecode(os.fspath(e)))
+    raise _NoHints("%s[%d] is %s, not a path or a (path, ...) tuple"
+                   % (attr, i, type(e).__name__))
+
+
 class HintingSampler(_SamplerBase):
     """Wraps a sampler and sends each epoch's order to the daemon as hints.
 
@@ -174,8 +303,13 @@ class HintingSampler(_SamplerBase):
     ``BatchSampler`` used as ``batch_sampler`` ...) or iterable of indices.
     ``dataset``: what the indices index; the ranges hinted for index i are
     ``dataset.hint_ranges(i)`` (an iterable of paths or ``(path, offset,
-    length)`` tuples) if it has that method, else ``dataset.paths[i]``, else
-    ``dataset.files[i]``.  ``client``: the :class:`granary.Client` to hint
+    length)`` tuples) if it has that method, else the path of entry i of
+    the first of ``dataset.paths``, ``files``, ``samples``, ``imgs`` it has
+    (an entry is a path, or a tuple or list whose first item is one, as in
+    torchvision's ``ImageFolder``/``DatasetFolder`` ``samples``; relative
+    paths are taken from the current directory).  A dataset with none of
+    these, or entries that are not paths, is not hinted: the epoch runs
+    with a RuntimeWarning.  ``client``: the :class:`granary.Client` to hint
     on (None: one of its own, on ``socket``).
 
     ``iter(sampler)`` (the DataLoader calls it when an epoch starts)
@@ -224,14 +358,15 @@ class HintingSampler(_SamplerBase):
             for i in _flat(order):
                 yield from fn(i)
             return
-        paths = getattr(ds, "paths", None)
-        if paths is None:
-            paths = getattr(ds, "files", None)
-        if paths is None:
-            raise TypeError("HintingSampler: the dataset has neither hint_ranges(i) nor "
-                            "paths nor files")
+        for name in _PATH_ATTRS:
+            entries = getattr(ds, name, None)
+            if entries is not None:
+                break
+        else:
+            raise _NoHints("the dataset (%s) has none of hint_ranges(i), %s"
+                           % (type(ds).__name__, ", ".join(_PATH_ATTRS)))
         for i in _flat(order):
-            yield paths[i]
+            yield _entry_path(entries[i], name, i)
 
     def send_hints(self, order):
         """Replace the hint list with the ranges of ``order``; returns the
@@ -246,7 +381,7 @@ class HintingSampler(_SamplerBase):
         self.hinted = 0
         try:
             self.hinted = self.send_hints(order)
-        except (OSError, ValueError) as e:
+        except Exception as e:          # hints are advice: never end the epoch
             if self.strict:
                 raise
             warnings.warn("granary: epoch not hinted: %s" % (e,), RuntimeWarning, stacklevel=2)
@@ -337,7 +472,7 @@ def read_tensor(path, offset=0, length=None, device=None, client=None, stream=No
     torch = _cuda_or_raise("read_tensor")
     c = client if client is not None else granary.default_client()
     if length is None:
-        with c.open(path) as f:
+        with c.open(path, buffering=0) as f:
             length = max(0, f.size - offset)
     t = out if out is not None else torch.empty(max(1, length), dtype=torch.uint8,
                                                 device=device or "cuda")
@@ -420,7 +555,7 @@ class DeviceCollate:
     def _file(self, c, path):
         f = self._files.pop(path, None)
         if f is None or f.closed:
-            f = c.open(path)
+            f = c.open(path, buffering=0)
         self._files[path] = f           # now the most recently used
         if len(self._files) > self.max_open:
             self._files.pop(next(iter(self._files))).close()
