@@ -29,7 +29,7 @@ tar cf $S/shard.tar -C $S tree
 sqlite3 $S/db.sqlite 'create table t(x blob); insert into t select randomblob(10000) from generate_series(1,300);' 2>/dev/null || \
   $PY -c 'import sqlite3,os,sys; c=sqlite3.connect(sys.argv[1]); c.execute("create table t(x blob)"); c.executemany("insert into t values(?)", [(os.urandom(10000),) for _ in range(300)]); c.commit()' $S/db.sqlite
 mkdir -p $S/if/a $S/if/b; cp $S/img.jpg $S/if/a/1.jpg; cp $S/img.jpg $S/if/b/2.jpg
-fio --name=w --filename=$S/fio.dat --rw=write --bs=64k --size=8m --verify=md5 --do_verify=0 --output=/dev/null >/dev/null 2>&1
+fio --verify_state_save=0 --name=w --filename=$S/fio.dat --rw=write --bs=64k --size=8m --verify=md5 --do_verify=0 --output=/dev/null >/dev/null 2>&1
 write_conf
 start_daemon >/dev/null
 row() {  # row NAME COMMAND...: output with and without the shim, served bytes
@@ -65,8 +65,8 @@ for i in range(len(ds)): sys.stdout.buffer.write(ds[i][0].tobytes())' $S/if
 row "sqlite3 -readonly" sqlite3 -readonly $S/db.sqlite 'select sum(length(x)), hex(substr(x,1,8)) from t;'
 row "python sqlite3 (ro uri)" $PY -c 'import sqlite3,sys; c=sqlite3.connect("file:"+sys.argv[1]+"?mode=ro", uri=True); print(c.execute("select sum(length(x)), hex(substr(x,1,8)) from t").fetchall())' $S/db.sqlite
 row "rsync FILE OUT" sh -c 'rsync "$1" "$2" && cat "$2"' sh $S/big.bin $dir/rs.out
-row "fio read --verify=md5" fio --name=r --filename=$S/fio.dat --rw=read --bs=64k --size=8m --verify=md5 --output-format=terse --output=/dev/null
-row "fio randread --verify=md5 (psync)" fio --name=r --filename=$S/fio.dat --rw=randread --bs=64k --size=8m --verify=md5 --ioengine=psync --output=/dev/null
+row "fio read --verify=md5" fio --verify_state_save=0 --name=r --filename=$S/fio.dat --rw=read --bs=64k --size=8m --verify=md5 --output-format=terse --output=/dev/null
+row "fio randread --verify=md5 (psync)" fio --verify_state_save=0 --name=r --filename=$S/fio.dat --rw=randread --bs=64k --size=8m --verify=md5 --ioengine=psync --output=/dev/null
 row "sed -n p" sed -n p $S/tree/f1
 row "grep -c" grep -c . $S/tree/f2
 row "head -c" head -c 3000000 $S/big.bin

@@ -121,7 +121,7 @@ else
     echo "SKIP: PIL, torchvision: PIL not importable (Debian: python3-pil)"
 fi
 if command -v fio > /dev/null; then
-    fio --name=w --filename="$dir/src/fio.dat" --rw=write --bs=64k --size=4m --verify=md5 \
+    fio --name=w --filename="$dir/src/fio.dat" --rw=write --bs=64k --size=4m --verify=md5 --verify_state_save=0 \
         --do_verify=0 --output=/dev/null > /dev/null 2>&1
     for rw in read randread; do
         run_both "fio $rw --verify=md5" 4194304 fio --name=r --filename="$dir/src/fio.dat" \
