@@ -62,6 +62,7 @@ import os
 import warnings
 
 import granary
+from . import fs as gfs
 
 try:
     from torch.utils.data import Dataset as _Base, Sampler as _SamplerBase
@@ -76,18 +77,32 @@ __all__ = ["GranaryDataset", "GranaryImageFolder", "IMG_EXTENSIONS", "find_class
            "read_tensor", "ref_collate", "DeviceCollate", "DeviceSamples", "DeviceLoader"]
 
 
-def list_files(root):
+def _lister(socket):
+    """A client for listing (granary.fs), or None when the daemon cannot be
+    reached (then the os module lists)."""
+    try:
+        return granary.Client(socket)
+    except OSError:
+        return None
+
+
+def list_files(root, socket=None):
     """Every regular file under ``root`` (recursively), as sorted absolute
-    paths without ``.``/``..`` components (the form the daemon accepts)."""
-    out = []
-    for d, dirs, files in os.walk(os.path.abspath(root)):
-        dirs.sort()
-        for name in files:
-            p = os.path.join(d, name)
-            if os.path.isfile(p):
-                out.append(p)
-    out.sort()
-    return out
+    paths without ``.``/``..`` components (the form the daemon accepts).
+    Listed through the daemon (granary.fs): a tree registered as a dataset
+    (``granaryctl dataset add``) costs the file system nothing."""
+    root = os.path.abspath(root)
+    c = _lister(socket)
+    if c is None:
+        out = []
+        for d, dirs, files in os.walk(root):
+            dirs.sort()
+            out.extend(os.path.join(d, n) for n in files if os.path.isfile(os.path.join(d, n)))
+        return sorted(out)
+    try:
+        return sorted(os.path.join(d, n) for d, n in gfs.files_under(root, c))
+    finally:
+        c.close()
 
 
 class GranaryDataset(_Base):
@@ -103,7 +118,7 @@ class GranaryDataset(_Base):
 
     def __init__(self, files, transform=None, socket=None, lazy=False):
         if isinstance(files, (str, bytes, os.PathLike)) and os.path.isdir(files):
-            self.files = list_files(os.fsdecode(files))
+            self.files = list_files(os.fsdecode(files), socket)
         elif isinstance(files, (str, bytes, os.PathLike)):
             raise NotADirectoryError(f"not a directory: {os.fsdecode(files)!r} "
                                      "(pass a directory or a list of files)")
@@ -175,11 +190,13 @@ class GranaryDataset(_Base):
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-def find_classes(root):
+def find_classes(root, client=None):
     """(classes, class_to_idx) of an ImageFolder tree: the sorted names of
     root's subdirectories, each numbered by its place.  FileNotFoundError
-    when there is none (torchvision's ``find_classes``)."""
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    when there is none (torchvision's ``find_classes``).  Listed through
+    the daemon when ``client`` is given (granary.fs)."""
+    ents = gfs.scandir(root, client) if client is not None else os.scandir(root)
+    classes = sorted(e.name for e in ents if e.is_dir())
     if not classes:
         raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
     return classes, {c: i for i, c in enumerate(classes)}
@@ -215,7 +232,21 @@ class GranaryImageFolder(GranaryDataset):
         if extensions is None and is_valid_file is None:
             extensions = IMG_EXTENSIONS
         self.root = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(root))))
-        self.classes, self.class_to_idx = find_classes(self.root)
+        lister = _lister(socket)
+        try:
+            self._init_samples(lister, is_valid_file, extensions)
+        finally:
+            if lister is not None:
+                lister.close()
+        super().__init__([p for p, _ in self.samples], socket=socket)
+        self.imgs = self.samples
+        self.targets = [t for _, t in self.samples]
+        self.transform = transform
+        self.target_transform = target_transform
+        self.loader = loader if loader is not None else self.granary_loader
+
+    def _init_samples(self, lister, is_valid_file, extensions):
+        self.classes, self.class_to_idx = find_classes(self.root, lister)
         self.extensions = tuple(extensions) if extensions is not None else None
         if is_valid_file is None:
             exts = tuple(x.lower() for x in self.extensions)
@@ -224,11 +255,17 @@ class GranaryImageFolder(GranaryDataset):
         for cls in self.classes:
             idx = self.class_to_idx[cls]
             n = len(samples)
-            for d, _dirs, names in sorted(os.walk(os.path.join(self.root, cls), followlinks=True)):
-                for name in sorted(names):
-                    p = os.path.join(d, name)
-                    if is_valid_file(p):
-                        samples.append((p, idx))
+            top = os.path.join(self.root, cls)
+            if lister is not None:
+                # torchvision's order: sorted(os.walk(...)), names sorted in each
+                pairs = sorted(gfs.files_under(top, lister, followlinks=True))
+            else:
+                pairs = [(d, name) for d, _dirs, names in sorted(os.walk(top, followlinks=True))
+                         for name in sorted(names)]
+            for d, name in pairs:
+                p = os.path.join(d, name)
+                if is_valid_file(p):
+                    samples.append((p, idx))
             if len(samples) == n:
                 empty.append(cls)
         if empty:
@@ -236,13 +273,7 @@ class GranaryImageFolder(GranaryDataset):
             if self.extensions is not None:
                 msg += "Supported extensions are: %s" % ", ".join(self.extensions)
             raise FileNotFoundError(msg)
-        super().__init__([p for p, _ in samples], socket=socket)
         self.samples = samples
-        self.imgs = samples
-        self.targets = [t for _, t in samples]
-        self.transform = transform
-        self.target_transform = target_transform
-        self.loader = loader if loader is not None else self.granary_loader
 
     def read_bytes(self, path):
         """The whole file at ``path``, read through this process's client."""

@@ -93,6 +93,17 @@ class TestFs(unittest.TestCase):
         with self.assertRaises(OSError):
             gfs.stat("/etc/passwd-not-under-the-roots", self.c)
 
+    def test_dataset_listing_from_the_manifest(self):
+        from granary.torch import GranaryDataset
+        n0 = self.lookups()
+        ds = GranaryDataset(self.top, socket=SOCK)
+        want = sorted(os.path.join(d, n) for d, _, ns in os.walk(self.top) for n in ns)
+        self.assertEqual(ds.files, want)
+        # one READDIR per directory (5 of them), each a manifest lookup, and
+        # no stat per file (those would be 5004 more)
+        self.assertGreaterEqual(self.lookups() - n0, 5)
+        self.assertLess(self.lookups() - n0, 50)
+
     def test_outside_a_dataset_asks_the_file_system(self):
         other = tempfile.mkdtemp(prefix="fsnods-", dir=ROOT)
         try:
