@@ -83,6 +83,10 @@ typedef enum proto_admin_cmd {
 #define PROTO_MAX_DIRENTS     4096      /* entries one READDIR may ask for */
 #define PROTO_DIRENT_DIR      4         /* DT_DIR */
 #define PROTO_DIRENT_REG      8         /* DT_REG */
+/* Also valid: the other kinds' DT_ values (1 FIFO, 2 CHR, 6 BLK, 10 LNK,
+ * 12 SOCK): named and typed, never served (their attributes are lstat's). */
+#define PROTO_DIRENT_VALID(t) ((t) == 1 || (t) == 2 || (t) == 4 || (t) == 6 || (t) == 8 || \
+                               (t) == 10 || (t) == 12)
 
 typedef enum proto_op {
     PROTO_OP_HELLO = 1,   /* version handshake and limits */
@@ -345,7 +349,7 @@ ssize_t proto_enc_readdir(void *buf, size_t cap, uint32_t req_id, uint64_t cooki
                           uint32_t flags, const char *path, size_t len);
 /* One READDIR reply entry. */
 typedef struct proto_dirent {
-    uint8_t type;                  /* PROTO_DIRENT_DIR or _REG */
+    uint8_t type;                  /* a DT_ value: PROTO_DIRENT_VALID */
     const char *name;              /* not NUL-terminated */
     uint32_t name_len;             /* 1..255 */
     int has_attr;

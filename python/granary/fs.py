@@ -191,9 +191,11 @@ def walk(top, topdown=True, onerror=None, client=None):
         return
     dirs = [e.name for e in entries if e.is_dir()]
     files = [e.name for e in entries if not e.is_dir()]
+    links = {e.name for e in entries if e.is_symlink()}
     if topdown:
         yield os.fspath(top), dirs, files
     for d in dirs:
-        yield from walk(os.path.join(os.fspath(top), d), topdown, onerror, client)
+        if d not in links:              # as os.walk: links to directories are listed, not walked
+            yield from walk(os.path.join(os.fspath(top), d), topdown, onerror, client)
     if not topdown:
         yield os.fspath(top), dirs, files
