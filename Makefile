@@ -72,7 +72,7 @@ TESTS      := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
-              $(B)/tests/isolation_probe $(B)/tests/ckpt_writer \
+              $(B)/tests/isolation_probe $(B)/tests/an_workload $(B)/tests/ckpt_writer \
               $(B)/tests/libfaultinject.so \
               $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
 
@@ -118,7 +118,7 @@ $(LIBSO): $(LIBSO).0
 
 # The LD_PRELOAD shim (client/preload.c) with libgranary linked in; the
 # archive's symbols are hidden so that only the wrapped libc calls are exported.
-$(B)/libgranary_preload.so: $(call obj,client/preload.c) $(LIBA)
+$(B)/libgranary_preload.so: $(call obj,client/preload.c client/preload_stdio.c client/preload_mmap.c) $(LIBA)
 	$(CC) -shared -pthread $(LDSAN) -Wl,--exclude-libs,ALL -o $@ $^ -ldl
 
 $(GRANARYD): $(call obj,daemon/main.c daemon/reload.c) $(LIBD)
@@ -232,12 +232,20 @@ MANDIR       ?= $(PREFIX)/share/man
 DOCDIR       ?= $(PREFIX)/share/doc/granary
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+# The Python package goes where Debian's /usr/bin/python3 looks: the
+# version-independent dist-packages under /usr, the versioned one under any
+# other prefix (/usr/local/lib/python3.11/dist-packages).
+PYTHON       ?= /usr/bin/python3
+PYVER        := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 
-install: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA)
+install: $(GRANARYD) $(GRANARYCTL) $(LIBSO) $(LIBA) $(B)/libgranary_preload.so
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
 	    $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)/etc/granary \
-	    $(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 8)
+	    $(DESTDIR)$(PYTHONDIR)/granary $(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 8)
+	install -m 0755 $(B)/libgranary_preload.so $(DESTDIR)$(LIBDIR)/libgranary_preload.so
+	install -m 0644 python/granary/*.py $(DESTDIR)$(PYTHONDIR)/granary/
 	install -m 0755 $(GRANARYD) $(DESTDIR)$(SBINDIR)/granaryd
 	install -m 0755 $(GRANARYCTL) $(DESTDIR)$(BINDIR)/granaryctl
 	install -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/libgranary.a

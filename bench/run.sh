@@ -19,6 +19,9 @@
 #   9. bench/meta.sh   the DFS's metadata operations per epoch (direct, Granary
 #                      with access proofs, Granary with a registered dataset)
 #                      and the stat rate, on MooseFS
+#  10. bench/imagefolder.sh  samples/s of an ImageFolder epoch (JPEG decode
+#                      included): torchvision plain, under the shim, and
+#                      granary.torch.GranaryImageFolder, cold and warm, on MooseFS
 #  10. bench/ckpt.sh   time a job is blocked writing a 1 GiB and a 4 GiB checkpoint
 #                      through Granary beside writing it to MooseFS directly
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
@@ -32,8 +35,8 @@ mode=${BENCH_MODE:-quick}
 OUT=${OUT:-bench/results/$(date +%Y-%m-%d)}
 export BENCH_MODE=$mode OUT
 case $mode in
-quick) local_mb=256 hot_mb=128 hot_rounds=2 warm_files=20000 meta_files=20000 ;;
-full) local_mb=1024 hot_mb=256 hot_rounds=3 warm_files=100000 meta_files=100000 ;;
+quick) local_mb=256 hot_mb=128 hot_rounds=2 warm_files=20000 meta_files=20000 imgf=1000 ;;
+full) local_mb=1024 hot_mb=256 hot_rounds=3 warm_files=100000 meta_files=100000 imgf=10000 ;;
 *) echo "bench: BENCH_MODE is quick or full" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
@@ -61,6 +64,9 @@ TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
 { echo "## Metadata operations per epoch (bench/meta.sh $meta_files)"; echo; echo '```';
   bench/meta.sh "$meta_files" | grep -v '^META_'; echo '```'; } > "$OUT/meta.md" 2>&1 ||
     echo "meta: failed (see $OUT/meta.md)" >> "$OUT/meta.md"
+{ echo "## ImageFolder epochs (bench/imagefolder.sh $imgf)"; echo;
+  bench/imagefolder.sh "$imgf" | grep -v '^IMGF_'; } > "$OUT/imagefolder.md" 2>&1 ||
+    echo "imagefolder: failed (see $OUT/imagefolder.md)" >> "$OUT/imagefolder.md"
 
 { echo "## Checkpoint writes: blocked time (bench/ckpt.sh dfs)"; echo; echo '```';
   bench/ckpt.sh dfs "1073741824 4294967296"; echo '```'; } > "$OUT/ckpt.md" 2>&1 ||
@@ -68,7 +74,7 @@ TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
 
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation fio touch meta ckpt; do
+    for part in local hot sim warmup isolation fio touch meta imagefolder ckpt; do
         echo
         cat "$OUT/$part.md"
     done

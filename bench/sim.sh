@@ -1,7 +1,8 @@
 #!/bin/sh
 # The policy simulator's table for the shipped patterns (bench/SIMULATE.md):
 # shuffled and same-order epochs at dataset = 0.5x, 1.1x and 2x the cache, a
-# Zipf hot set, and a scan mixed with a hot set.  Writes
+# Zipf hot set, and a scan mixed with a hot set; then the IO-pattern
+# classifier over the same traces and its CPU cost per request.  Writes
 # bench/results/<date>/sim.md ($OUT overrides the directory) and prints it.
 set -eu
 cd "$(dirname "$0")/.."
@@ -34,6 +35,16 @@ $B/tracegen scanmix --hot 2000 --scan 18000 --accesses 500000 --seed 1 > "$tmp/s
     echo "## 50% hot set + 50% scan, C = D/5"
     echo '```'
     $B/simulate --sizes 5 --warmup 50000 "$tmp/scan.txt"
+    echo '```'
+    echo "## The IO-pattern classifier on these traces (bench/analyze: verdict, replay, CPU cost)"
+    echo
+    echo "Cost per request of daemon/analysis/ on one core (whole-file reads: its dearest case);"
+    echo "compare with the daemon's own CPU per request (about 9 us for a 4 KiB DRAM hit, one client)."
+    echo '```'
+    for t in same shuf zipf scan; do
+        echo "# $t"
+        $B/analyze --ratio 10 --bench "$tmp/$t.txt"
+    done
     echo '```'
 } > "$out/sim.md"
 cat "$out/sim.md"

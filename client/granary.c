@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -44,6 +45,7 @@
 #include "fdpass.h"
 #include "ini.h"
 #include "lcache.h"
+#include "path.h"
 #include "proto.h"
 #include "size.h"
 #include "usock.h"
@@ -436,6 +438,47 @@ static int call_ok(gr_client *c, const void *req, size_t len, uint32_t id, uint8
 
 /* Open a connection to c->path and say HELLO: c->fd and c->max_data set,
  * 0; or -errno with c->fd closed (-1). */
+/*
+ * The connection's socket lives at descriptor GR_FD_FLOOR or above (half
+ * the descriptor limit when that is lower), not at the lowest free number:
+ * programs pick small numbers for themselves (a shell's `exec 4<file`
+ * dup2s onto 4 whatever is there), and a library descriptor in that range
+ * gets clobbered.  Returns the descriptor to use (fd itself if it cannot
+ * be moved).
+ */
+#define GR_FD_FLOOR 512
+static int fd_high(int fd)
+{
+    struct rlimit rl;
+    int floor = GR_FD_FLOOR, n;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)floor * 2)
+        floor = (int)(rl.rlim_cur / 2);
+    if (fd < 0 || fd >= floor)
+        return fd;
+    n = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (n < 0)
+        return fd;
+    close(fd);
+    return n;
+}
+
+int gr__client_fd(gr_client *c)
+{
+    return __atomic_load_n(&c->fd, __ATOMIC_RELAXED);
+}
+
+void gr__client_disown_fd(gr_client *c, int fd, int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&c->lock);
+    if (c->fd == fd)
+        __atomic_store_n(&c->fd, -1, __ATOMIC_RELAXED);
+    if (lock)
+        pthread_mutex_unlock(&c->lock);
+}
+
 static int dial(gr_client *c)
 {
     int ms = timeout_ms();
@@ -446,7 +489,7 @@ static int dial(gr_client *c)
     uint32_t id;
     int rc;
 
-    c->fd = gr__unix_connect(c->path, SOCK_SEQPACKET);
+    c->fd = fd_high(gr__unix_connect(c->path, SOCK_SEQPACKET));
     if (c->fd < 0) {
         rc = c->fd;
         goto fail;
@@ -797,7 +840,8 @@ static int lc_on(const gr_client *c)
 gr_file *gr_open(gr_client *c, const char *path)
 {
     uint8_t req[PROTO_HDR_LEN + PROTO_OPENX_PREFIX + PROTO_MAX_PATH];
-    size_t len = path ? strlen(path) : 0;
+    char abs[PROTO_MAX_PATH + 1];
+    size_t len;
     gr_file *f = NULL;
     proto_msg m;
     uint32_t id, want;
@@ -805,6 +849,16 @@ gr_file *gr_open(gr_client *c, const char *path)
     int rc, proof;
 
     pthread_mutex_lock(&c->lock);
+    if (path && *path && *path != '/') {
+        /* Relative: against this process's working directory, now. */
+        rc = gr__path_abs(path, abs, sizeof(abs));
+        if (rc < 0) {
+            fail(c, rc);
+            goto out;
+        }
+        path = abs;
+    }
+    len = path ? strlen(path) : 0;
     /* One round trip: the open and, where it costs no source read the
      * caller may not want (a file of one chunk, or chunks in DRAM), the
      * first chunk, kept as a lease for the reads that follow. */
@@ -1491,32 +1545,70 @@ static int send_hints(gr_client *c, uint8_t *buf, size_t cap, uint32_t flags,
     return call_ok(c, buf, (size_t)len, id, PROTO_OP_HINT, &m);
 }
 
+/* The absolute form of each relative path of h (NULL where a path is
+ * absolute), into *abs_out (caller frees with free_abs); 0, or -errno. */
+static int hint_abs(const gr_hint *h, size_t n, char ***abs_out)
+{
+    char **abs = NULL, tmp[PROTO_MAX_PATH + 1];
+    int rc;
+
+    *abs_out = NULL;
+    for (size_t k = 0; k < n; k++) {
+        if (!h[k].path || !h[k].path[0] || h[k].path[0] == '/')
+            continue;
+        if (!abs && !(abs = calloc(n, sizeof(*abs))))
+            return -ENOMEM;
+        rc = gr__path_abs(h[k].path, tmp, sizeof(tmp));
+        if (rc < 0 || !(abs[k] = strdup(tmp))) {
+            for (size_t j = 0; j < n; j++)
+                free(abs[j]);
+            free(abs);
+            return rc < 0 ? rc : -ENOMEM;
+        }
+    }
+    *abs_out = abs;
+    return 0;
+}
+
+static void free_abs(char **abs, size_t n)
+{
+    if (!abs)
+        return;
+    for (size_t k = 0; k < n; k++)
+        free(abs[k]);
+    free(abs);
+}
+
 int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
 {
     static const size_t cap = PROTO_HDR_LEN + PROTO_MAX_BODY;
     uint8_t *buf = malloc(cap);
     proto_hint_ent *ents = malloc(PROTO_MAX_HINTS * sizeof(*ents));
+    char **abs = NULL;
     size_t i = 0, body;
-    int ret = 0;
+    int ret = 0, rc;
 
+#define HINT_PATH(k) (abs && abs[k] ? abs[k] : h[k].path)
     if (!buf || !ents) {
         free(buf);
         free(ents);
         errno = ENOMEM;
         return -1;
     }
+    rc = hint_abs(h, n, &abs);          /* relative: from the working directory */
+    if (rc < 0) {
+        free(buf);
+        free(ents);
+        errno = -rc;
+        return -1;
+    }
     for (size_t k = 0; k < n; k++) {
-        size_t pl = h[k].path ? strlen(h[k].path) : 0;
-        if (pl == 0 || h[k].path[0] != '/') {
+        size_t pl = h[k].path ? strlen(HINT_PATH(k)) : 0;
+        if (pl == 0 || pl > PROTO_MAX_PATH) {
             free(buf);
             free(ents);
-            errno = EINVAL;
-            return -1;
-        }
-        if (pl > PROTO_MAX_PATH) {
-            free(buf);
-            free(ents);
-            errno = ENAMETOOLONG;
+            free_abs(abs, n);
+            errno = pl == 0 ? EINVAL : ENAMETOOLONG;
             return -1;
         }
     }
@@ -1525,21 +1617,24 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
         uint32_t k = 0;
         body = PROTO_HINT_PREFIX;
         while (i < n && k < PROTO_MAX_HINTS) {
-            size_t pl = strlen(h[i].path);
+            const char *p = HINT_PATH(i);
+            size_t pl = strlen(p);
             if (body + PROTO_HINT_ENT_SIZE(pl) > PROTO_MAX_BODY)
                 break;
-            ents[k] = (proto_hint_ent){ h[i].off, h[i].len, h[i].path, (uint32_t)pl };
+            ents[k] = (proto_hint_ent){ h[i].off, h[i].len, p, (uint32_t)pl };
             body += PROTO_HINT_ENT_SIZE(pl);
             k++;
             i++;
         }
         ret = send_hints(c, buf, cap, 0, ents, k);
     }
+#undef HINT_PATH
     if (ret == 0)
         c->errtext[0] = '\0';
     pthread_mutex_unlock(&c->lock);
     free(buf);
     free(ents);
+    free_abs(abs, n);
     return ret;
 }
 

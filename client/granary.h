@@ -64,7 +64,10 @@ typedef struct gr_file gr_file;
  * else /run/granary/granary.sock.  Returns a client the caller frees with
  * gr_disconnect, or NULL with errno set (ENOENT / ECONNREFUSED: no daemon;
  * EPROTONOSUPPORT: the daemon speaks another protocol version; EUSERS: the
- * daemon has max_clients connections already).
+ * daemon has max_clients connections already).  The client's one lasting
+ * descriptor, its socket (close-on-exec), is kept at 512 or above (half
+ * the descriptor limit if that is lower), out of the numbers programs pick
+ * for themselves.
  */
 gr_client *gr_connect(const char *socket_path);
 
@@ -74,7 +77,9 @@ gr_client *gr_connect(const char *socket_path);
 void gr_disconnect(gr_client *c);
 
 /*
- * Open path (absolute, under the daemon's roots) for reading.  The file's
+ * Open path (under the daemon's roots; a relative path is taken from the
+ * working directory at this call, lexically, like os.path.abspath) for
+ * reading.  The file's
  * identity and size are fixed at this moment: reads return these bytes or
  * fail with ESTALE, never a mix.  Returns a file the caller frees with
  * gr_close, or NULL with errno set.
@@ -144,11 +149,11 @@ void gr_ref_release(gr_ref *ref);
  *
  * Returns 0, or -1 with errno (E2BIG: the caller's lists are at [prefetch]
  * hint_max_entries chunks or hint_memory bytes; ENAMETOOLONG, EINVAL: a
- * malformed range; the connection's errors).  gr_hint_status says which
+ * malformed range (an empty path); the connection's errors).  gr_hint_status says which
  * ranges failed later.
  */
 typedef struct gr_hint {
-    const char *path;   /* absolute, under the daemon's roots */
+    const char *path;   /* under the daemon's roots; relative: from the working directory */
     uint64_t off;       /* first byte */
     uint64_t len;       /* bytes from off; 0 means to the end of the file */
 } gr_hint;
@@ -195,6 +200,9 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
  *                   "bw" (bytes/s, 0: unlimited), "path"... -> "job"
  *   WARMUP_STATUS                   none -> per job "job", "state", "files", ...
  *   WARMUP_CANCEL                   "job" -> "job"
+ *   ANALYZE                         ["job"] -> "jobs", then per job "job",
+ *                                   "class", figures, "tier" groups, "rec"s
+ *                                   (PROTOCOL.md; anyone: one's own jobs)
  * Returns 0, or -1 with errno: EPERM when the caller is neither root nor in
  * the daemon's [daemon] admin_group (every command but HEALTH, CONFIG and
  * WARMUP_STATUS), E2BIG when the arguments do not fit one message, or the
@@ -209,6 +217,7 @@ int gr_stats(gr_client *c, int (*cb)(void *arg, const char *name, uint64_t value
 #define GR_ADMIN_WARMUP        7
 #define GR_ADMIN_WARMUP_STATUS 8
 #define GR_ADMIN_WARMUP_CANCEL 9
+#define GR_ADMIN_ANALYZE       14
 
 #define GR_ADMIN_DATASET_ADD    10  /* "path", "stamp" (a file), "recheck" (s) -> "id" */
 #define GR_ADMIN_DATASET_LIST   11  /* none -> per dataset "id", "path", "state", ... */

@@ -160,4 +160,15 @@ gr__meta *gr__meta_new(void);
 void gr__meta_free(gr__meta *m);
 gr__meta *gr__meta_of(gr_client *c);
 
+/* For the LD_PRELOAD shim, which shares descriptor numbers with the
+ * program it runs in.  gr__client_fd: c's socket descriptor, -1 when not
+ * connected (no lock taken).  gr__client_disown_fd: the program has taken
+ * descriptor fd over (dup2 onto it, close): if it is c's socket, c forgets
+ * it without closing it, so nothing of c's closes the program's
+ * descriptor later; the connection then counts as lost (the next call
+ * reconnects or fails).  lock: take c->lock (0 only in a child after fork,
+ * where another thread of the parent may have held it). */
+int gr__client_fd(gr_client *c);
+void gr__client_disown_fd(gr_client *c, int fd, int lock);
+
 #endif

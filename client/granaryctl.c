@@ -1,7 +1,8 @@
 /*
  * granaryctl.c - the admin CLI: read files through the daemon, show its
  * counters (once, or live with top), check its health and configuration,
- * evict, invalidate, pin or unpin files, and warm the cache up.  Errors are one line on
+ * evict, invalidate, pin or unpin files, warm the cache up, and say how each
+ * job reads and what to set (analyze).  Errors are one line on
  * stderr; exit codes: 0 success, 1 the operation failed (or: unhealthy),
  * 2 usage error, 3 the daemon cannot be reached, 4 not allowed (admin
  * commands are for root and the daemon's admin_group).
@@ -17,9 +18,13 @@
 #include <string.h>
 #include <stddef.h>
 #include <time.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "granary.h"
+#include "path.h"
 #include "size.h"
 
 #define EXIT_FAIL 1
@@ -52,6 +57,10 @@ static void usage(FILE *out)
             "  dataset list       registered datasets;  dataset remove|rescan ID (admin)\n"
             "  stat PATH...       attributes as the daemon answers them (a manifest, else the file system)\n"
             "  ls [-l] DIR        a directory's entries, the same way\n"
+            "  analyze [--job ID] [--json] [--plot OUTDIR]\n"
+            "                     how each job reads (its class and figures) and what to set\n"
+            "  analyze --tree DIR [--chunk SIZE] [--json] [--plot OUTDIR]\n"
+            "                     the same for a directory tree, offline\n"
             "  put SRC DEST [--wait] [--timeout S]\n"
             "                     stage SRC as a checkpoint for DEST (returns once it is on the\n"
             "                     node's NVMe; --wait: once DEST is published)\n"
@@ -283,8 +292,16 @@ static int cmd_path_admin(int argc, char **argv, int cmd)
     }
     c = connect_or_die();
     for (int i = 1; i < argc && rc == 0; i++) {
-        gr_field arg = text_field("path", argv[i]), *f;
+        char abs[8192];
+        gr_field arg, *f;
         size_t n;
+        int pe = gr__path_abs(argv[i], abs, sizeof(abs));   /* relative: from the cwd */
+        if (pe < 0) {
+            fprintf(stderr, "granaryctl: %s %s: %s\n", argv[0], argv[i], strerror(-pe));
+            rc = EXIT_FAIL;
+            break;
+        }
+        arg = text_field("path", abs);
         if (gr_admin(c, cmd, &arg, 1, &f, &n) < 0) {
             int e = errno;
             fprintf(stderr, "granaryctl: %s %s: %s\n", argv[0], argv[i], gr_strerror_last(c));
@@ -562,10 +579,9 @@ static int wbatch_add(wbatch *b, const char *path)
     if (b->rc)
         return b->rc;
     if (path[0] != '/') {
-        char cwd[4096];
-        if (!getcwd(cwd, sizeof(cwd)) ||
-            (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs)) {
-            fprintf(stderr, "granaryctl: warmup: %s: %s\n", path, strerror(ENAMETOOLONG));
+        int pe = gr__path_abs(path, abs, sizeof(abs));
+        if (pe < 0) {
+            fprintf(stderr, "granaryctl: warmup: %s: %s\n", path, strerror(-pe));
             return b->rc = EXIT_FAIL;
         }
         path = abs;
@@ -954,6 +970,468 @@ fail:
     return EXIT_FAIL;
 }
 
+/* ---- analyze ---- */
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* A quantile of the analysis: the lower bound of a log-linear bucket, so
+ * "~": the true value is at most 25% above. */
+static void hsize(char *buf, size_t len, uint64_t v)
+{
+    human(buf, len, (double)v);
+}
+
+static double bpv(const gr_field *f, size_t n, const char *name)
+{
+    return (double)fnum(f, n, name) / 100.0;
+}
+
+/* One job's fields f[0..n) ("job" first) as text. */
+static void analyze_text(const gr_field *f, size_t n)
+{
+    char a[32], b[32], c2[32], d[32];
+    size_t i;
+
+    printf("job %" PRIu64 " (uid %" PRIu64 ", process group %" PRId64 ", %" PRIu64
+           " connections): %s%s\n", fnum(f, n, "job"), fnum(f, n, "uid"),
+           (int64_t)fnum(f, n, "pgid"), fnum(f, n, "conns"), ftext(f, n, "class"),
+           fnum(f, n, "stable") ? " (stable)" : "");
+    human(a, sizeof(a), (double)fnum(f, n, "bytes"));
+    printf("  %" PRIu64 " requests, %s in %" PRIu64 " s; verdict changes: %" PRIu64 "\n",
+           fnum(f, n, "requests"), a, fnum(f, n, "seconds"), fnum(f, n, "switches"));
+    printf("  requests: %.0f%% sequential, %.0f%% strided, %.0f%% whole files, %.0f%% random\n",
+           bpv(f, n, "seq_bp"), bpv(f, n, "stride_bp"), bpv(f, n, "whole_bp"),
+           bpv(f, n, "random_bp"));
+    hsize(a, sizeof(a), fnum(f, n, "req_p50"));
+    hsize(b, sizeof(b), fnum(f, n, "req_p90"));
+    hsize(c2, sizeof(c2), fnum(f, n, "file_p50"));
+    hsize(d, sizeof(d), fnum(f, n, "file_p90"));
+    printf("  request size p50 ~%s, p90 ~%s; %" PRIu64 " files, size p50 ~%s, p90 ~%s, "
+           "%.0f%% below a chunk\n", a, b, fnum(f, n, "files"), c2, d, bpv(f, n, "small_files_bp"));
+    printf("  inter-arrival p50 ~%" PRIu64 " us, p99 ~%" PRIu64 " us; idle %.0f%% of the time\n",
+           fnum(f, n, "gap_p50_us"), fnum(f, n, "gap_p99_us"), bpv(f, n, "idle_bp"));
+    printf("  reads that waited on a miss: %" PRIu64 ", wait p50 ~%" PRIu64 " us, p90 ~%" PRIu64
+           " us, p99 ~%" PRIu64 " us\n", fnum(f, n, "waits"), fnum(f, n, "wait_p50_us"),
+           fnum(f, n, "wait_p90_us"), fnum(f, n, "wait_p99_us"));
+    hsize(a, sizeof(a), fnum(f, n, "reuse_p50_bytes"));
+    hsize(b, sizeof(b), fnum(f, n, "reuse_p90_bytes"));
+    human(c2, sizeof(c2), (double)fnum(f, n, "distinct_bytes"));
+    printf("  reuse: %.0f%% of chunk reads are re-reads (%.0f%% soon), distance p50 ~%s, "
+           "p90 ~%s; distinct data ~%s; order %s\n", bpv(f, n, "reuse_bp"),
+           bpv(f, n, "hot_bp"), a, b, c2, ftext(f, n, "order") ? ftext(f, n, "order") : "-");
+    printf("  (sampled: %" PRIu64 " chunk reads kept, rate %.4f)\n", fnum(f, n, "samples"),
+           (double)fnum(f, n, "sample_ppm") / 1e6);
+    for (i = 0; i < n; i++) {
+        if (f[i].is_text && !strcmp(f[i].name, "tier")) {
+            size_t k = i + 1;
+            human(a, sizeof(a), k < n ? (double)f[k].num : 0);
+            printf("  expected hit ratio, %s at %s:", f[i].text, a);
+            for (k = i + 2; k < n && !f[k].is_text; k++)
+                if (!strncmp(f[k].name, "hit_", 4)) {
+                    int w = (int)(strlen(f[k].name) - 7);
+                    printf(" %.*s %.2f", w, f[k].name + 4, (double)f[k].num / 10000.0);
+                }
+            printf("\n");
+        }
+    }
+    printf("  recommendations:\n");
+    for (i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, "rec"))
+            printf("    - %s\n", f[i].text);
+}
+
+/* One job's fields as a JSON object: numbers and texts by name, the tier
+ * groups in "tiers", the recommendations in "recommendations". */
+static void analyze_json(const gr_field *f, size_t n)
+{
+    int first = 1, intier = 0, ntier = 0, nrec = 0;
+
+    printf("{");
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(f[i].name, "rec"))
+            continue;
+        if (f[i].is_text && !strcmp(f[i].name, "tier")) {
+            printf("%s{\"tier\": ", intier ? "}, " : ntier ? "" : ", \"tiers\": [");
+            if (!intier && ntier)
+                printf(", ");
+            json_str(f[i].text);
+            intier = 1;
+            ntier++;
+            continue;
+        }
+        if (intier && (!strcmp(f[i].name, "capacity") || !strcmp(f[i].name, "best") ||
+                       !strncmp(f[i].name, "hit_", 4))) {
+            printf(", ");
+        } else {
+            if (intier) {
+                printf("}]");
+                intier = 0;
+            }
+            printf("%s", first ? "" : ", ");
+        }
+        first = 0;
+        json_str(f[i].name);
+        printf(": ");
+        if (f[i].is_text)
+            json_str(f[i].text);
+        else
+            printf("%" PRIu64, f[i].num);
+    }
+    if (intier)
+        printf("}]");
+    if (!ntier)
+        printf(", \"tiers\": []");
+    printf(", \"recommendations\": [");
+    for (size_t i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, "rec")) {
+            printf("%s", nrec++ ? ", " : "");
+            json_str(f[i].text);
+        }
+    printf("]}");
+}
+
+/* ---- analyze --tree: a directory tree, offline ---- */
+
+#define TREE_HB 252                     /* log-linear, as the daemon's analysis */
+
+static struct tree_walk {
+    uint64_t files, dirs, bytes, other, errors;
+    uint64_t below_chunk, below_eighth, chunk;
+    uint64_t nfiles[TREE_HB], nbytes[TREE_HB];
+} tw;
+
+static unsigned tree_bucket(uint64_t v)
+{
+    unsigned e;
+
+    if (v < 4)
+        return (unsigned)v;
+    e = 63 - (unsigned)__builtin_clzll(v);
+    return 4 + (e - 2) * 4 + (unsigned)((v >> (e - 2)) & 3);
+}
+
+static uint64_t tree_lower(unsigned b)
+{
+    unsigned e;
+
+    if (b < 4)
+        return b;
+    e = (b - 4) / 4 + 2;
+    return (uint64_t)(4 + (b - 4) % 4) << (e - 2);
+}
+
+static int tree_visit(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (type == FTW_D) {
+        tw.dirs++;
+    } else if (type == FTW_F && S_ISREG(st->st_mode)) {
+        uint64_t sz = (uint64_t)st->st_size;
+        unsigned b = tree_bucket(sz);
+        tw.files++;
+        tw.bytes += sz;
+        tw.nfiles[b]++;
+        tw.nbytes[b] += sz;
+        tw.below_chunk += sz < tw.chunk;
+        tw.below_eighth += sz <= tw.chunk / 8;
+    } else if (type == FTW_DNR || type == FTW_NS) {
+        tw.errors++;
+    } else {
+        tw.other++;                     /* symlinks (not followed), devices, sockets */
+    }
+    return 0;
+}
+
+static uint64_t tree_quantile(double q)
+{
+    uint64_t want = (uint64_t)(q * (double)tw.files + 0.999999), acc = 0;
+
+    for (unsigned i = 0; i < TREE_HB; i++) {
+        acc += tw.nfiles[i];
+        if (acc >= want && acc)
+            return tree_lower(i);
+    }
+    return 0;
+}
+
+/* gnuplot SCRIPT into OUTDIR/NAME.png; 0, or -1 with the reason on stderr. */
+static int plot(const char *outdir, const char *name, const char *data, const char *script)
+{
+    char dat[4096], cmd[4200];
+    FILE *f, *g;
+    int rc;
+
+    snprintf(dat, sizeof(dat), "%s/%s.dat", outdir, name);
+    if (!(f = fopen(dat, "w"))) {
+        fprintf(stderr, "granaryctl: analyze: %s: %s\n", dat, strerror(errno));
+        return -1;
+    }
+    fputs(data, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "gnuplot");
+    if (!(g = popen(cmd, "w"))) {
+        fprintf(stderr, "granaryctl: analyze: gnuplot: %s\n", strerror(errno));
+        return -1;
+    }
+    fprintf(g, "set terminal pngcairo size 900,500 font ',10'\nset output '%s/%s.png'\n"
+            "set grid\nset key outside right\n%s\n", outdir, name, script);
+    fprintf(g, "quit\n");
+    rc = pclose(g);
+    if (rc != 0) {
+        fprintf(stderr, "granaryctl: analyze: gnuplot failed for %s/%s.png (exit %d; is "
+                "gnuplot installed?)\n", outdir, name, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        return -1;
+    }
+    fprintf(stderr, "wrote %s/%s.png\n", outdir, name);
+    return 0;
+}
+
+static int cmd_analyze_tree(const char *dir, uint64_t chunk, int json, const char *plotdir)
+{
+    char a[32], b[32], c2[32], d[32], e[32];
+    double small;
+
+    memset(&tw, 0, sizeof(tw));
+    tw.chunk = chunk;
+    if (nftw(dir, tree_visit, 64, FTW_PHYS) < 0) {
+        fprintf(stderr, "granaryctl: analyze --tree %s: %s\n", dir, strerror(errno));
+        return EXIT_FAIL;
+    }
+    small = tw.files ? (double)tw.below_chunk / (double)tw.files : 0;
+    if (json) {
+        printf("{\"tree\": ");
+        json_str(dir);
+        printf(", \"files\": %" PRIu64 ", \"dirs\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"other\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"chunk_size\": %" PRIu64
+               ", \"file_p50\": %" PRIu64 ", \"file_p90\": %" PRIu64 ", \"file_p99\": %" PRIu64
+               ", \"below_chunk\": %" PRIu64 ", \"below_eighth_chunk\": %" PRIu64
+               ", \"epoch_metadata_ops\": %" PRIu64 ", \"sizes\": [",
+               tw.files, tw.dirs, tw.bytes, tw.other, tw.errors, chunk, tree_quantile(0.5),
+               tree_quantile(0.9), tree_quantile(0.99), tw.below_chunk, tw.below_eighth,
+               2 * tw.files + tw.dirs);
+        for (unsigned i = 0, k = 0; i < TREE_HB; i++)
+            if (tw.nfiles[i])
+                printf("%s{\"from\": %" PRIu64 ", \"files\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+                       k++ ? ", " : "", tree_lower(i), tw.nfiles[i], tw.nbytes[i]);
+        printf("]}\n");
+    } else {
+        human(a, sizeof(a), (double)tw.bytes);
+        human(b, sizeof(b), (double)tree_quantile(0.5));
+        human(c2, sizeof(c2), (double)tree_quantile(0.9));
+        human(d, sizeof(d), (double)tree_quantile(0.99));
+        human(e, sizeof(e), (double)chunk);
+        printf("%s: %" PRIu64 " files in %" PRIu64 " directories, %s", dir, tw.files, tw.dirs, a);
+        if (tw.other || tw.errors)
+            printf(" (%" PRIu64 " other entries not followed, %" PRIu64 " unreadable)", tw.other,
+                   tw.errors);
+        printf("\n  file size p50 ~%s, p90 ~%s, p99 ~%s; %.0f%% below a %s chunk, %.0f%% at or "
+               "below an eighth of one\n", b, c2, d, 100.0 * small, e,
+               tw.files ? 100.0 * (double)tw.below_eighth / (double)tw.files : 0.0);
+        printf("  an epoch over it: %" PRIu64 " file opens and about %" PRIu64 " metadata "
+               "operations at the file system (a lookup and a getattr per file, a listing per "
+               "directory); through granaryd one attribute check per file once [source] attr_ttl "
+               "has passed, none for a dataset registered with `granaryctl dataset add`\n",
+               tw.files, 2 * tw.files + tw.dirs);
+        printf("  recommendations:\n");
+        if (tw.files >= 1000 && small >= 0.5 && tree_quantile(0.5) <= chunk / 8)
+            printf("    - packing: %.0f%% of the files are smaller than a chunk (p50 ~%s): packed "
+                   "into shards of about %s (tar, WebDataset, TFRecord), each source read fetches "
+                   "a whole chunk of samples and an epoch opens %" PRIu64 " shards, not %" PRIu64
+                   " files\n", 100.0 * small, b, e, tw.bytes / (chunk ? chunk : 1) + 1, tw.files);
+        if (tw.files >= 1000)
+            printf("    - metadata: `granaryctl dataset add %s` keeps the tree and attributes on "
+                   "the node, so epochs cost the metadata server nothing\n", dir);
+        if (tree_quantile(0.5) >= 4 * chunk)
+            printf("    - chunk size: most files span many %s chunks; sequential readers are served "
+                   "by read-ahead, and a larger [source] chunk_size (a multiple of the stripe) "
+                   "means fewer, larger source reads\n", e);
+        if (tw.files < 1000 || (small < 0.5 && tree_quantile(0.5) < 4 * chunk))
+            printf("    - nothing to change for the layout: %s chunks suit these files\n", e);
+    }
+    if (plotdir) {
+        char *data = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&data, &len);
+        int prc;
+        if (!m)
+            return EXIT_FAIL;
+        for (unsigned i = 0; i < TREE_HB; i++)
+            if (tw.nfiles[i])
+                fprintf(m, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", tree_lower(i) ? tree_lower(i) : 1,
+                        tw.nfiles[i], tw.nbytes[i]);
+        fclose(m);
+        {
+            char script[2048];
+            snprintf(script, sizeof(script),
+                     "set title 'file sizes under %s'\nset logscale x 2\nset xlabel 'file size "
+                     "(log scale; four buckets per power of two)'\nset format x '%%.0b%%BB'\n"
+                     "set ylabel 'files'\nset y2label 'bytes'\nset y2tics\nset format y2 '%%.0b%%BB'\n"
+                     "set style fill solid 0.5\nset boxwidth 1 absolute\n"
+                     "plot '%s/tree_sizes.dat' using ($1*1.125):2:($1*0.25) with boxes title "
+                     "'files', '' using ($1*1.125):3 axes x1y2 with points pt 7 title 'bytes'",
+                     dir, plotdir);
+            prc = plot(plotdir, "tree_sizes", data, script);
+        }
+        free(data);
+        if (prc < 0)
+            return EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* --plot for the jobs: per job, the expected hit ratio of each row at each
+ * tier's capacity (a bar chart). */
+static int plot_job(const char *plotdir, const gr_field *f, size_t n)
+{
+    char *data = NULL, name[64], script[2048];
+    size_t len = 0;
+    FILE *m = open_memstream(&data, &len);
+    int ntiers = 0, rc;
+    const char *tiers[2] = { "dram", "nvme" };
+
+    if (!m)
+        return -1;
+    /* rows: policy, then the hit ratio per tier */
+    static const char *const rows[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", "static", "belady" };
+    double hit[2][7] = { { 0 } };
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].is_text && !strcmp(f[i].name, "tier") && ntiers < 2) {
+            tiers[ntiers] = f[i].text;
+            ntiers++;
+        } else if (ntiers && !f[i].is_text && !strncmp(f[i].name, "hit_", 4)) {
+            for (int r = 0; r < 7; r++) {
+                char want[32];
+                snprintf(want, sizeof(want), "hit_%s_bp", rows[r]);
+                if (!strcmp(f[i].name, want))
+                    hit[ntiers - 1][r] = (double)f[i].num / 10000.0;
+            }
+        }
+    }
+    for (int r = 0; r < 7; r++)
+        fprintf(m, "%s %.4f %.4f\n", rows[r], hit[0][r], hit[1][r]);
+    fclose(m);
+    snprintf(name, sizeof(name), "job%" PRIu64 "_hit_ratio", fnum(f, n, "job"));
+    snprintf(script, sizeof(script),
+             "set title 'job %" PRIu64 " (%s): expected hit ratio by policy at the tier capacity'\n"
+             "set yrange [0:1]\nset ylabel 'hit ratio'\nset style data histograms\n"
+             "set style histogram clustered\nset style fill solid 0.7\n"
+             "plot '%s/%s.dat' using 2:xtic(1) title '%s'%s%s%s",
+             fnum(f, n, "job"), ftext(f, n, "class") ? ftext(f, n, "class") : "?", plotdir, name,
+             tiers[0], ntiers > 1 ? ", '' using 3 title '" : "", ntiers > 1 ? tiers[1] : "",
+             ntiers > 1 ? "'" : "");
+    rc = ntiers ? plot(plotdir, name, data, script) : 0;
+    free(data);
+    return rc;
+}
+
+static int cmd_analyze(int argc, char **argv)
+{
+    int json = 0, rc = 0, njobs = 0;
+    const char *tree = NULL, *plotdir = NULL;
+    uint64_t chunk = 4u << 20;
+    uint64_t job = 0;
+    gr_field arg, *f;
+    gr_client *c;
+    size_t n, start = SIZE_MAX;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            printf("usage: granaryctl analyze [--job ID] [--json] [--plot OUTDIR]\n"
+                   "       granaryctl analyze --tree DIR [--chunk SIZE] [--json] [--plot OUTDIR]\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--tree") && i + 1 < argc) {
+            tree = argv[++i];
+        } else if (!strcmp(argv[i], "--plot") && i + 1 < argc) {
+            plotdir = argv[++i];
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            if (gr__size_parse(argv[++i], &chunk) < 0 || chunk == 0) {
+                fprintf(stderr, "granaryctl: analyze: --chunk wants a size (4M), not \"%s\"\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(argv[i], "--job") && i + 1 < argc) {
+            char *end;
+            job = strtoull(argv[++i], &end, 10);
+            if (*end || job == 0) {
+                fprintf(stderr, "granaryctl: analyze: --job wants a job number, not \"%s\"\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "granaryctl: analyze: unknown argument %s\n", argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (tree && job) {
+        fprintf(stderr, "granaryctl: analyze: --tree and --job do not go together\n");
+        return EXIT_USAGE;
+    }
+    if (plotdir) {
+        struct stat st;
+        if (stat(plotdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "granaryctl: analyze: --plot %s: not a directory\n", plotdir);
+            return EXIT_USAGE;
+        }
+    }
+    if (tree)
+        return cmd_analyze_tree(tree, chunk, json, plotdir);
+    c = connect_or_die();
+    arg = num_field("job", job);
+    if (gr_admin(c, GR_ADMIN_ANALYZE, &arg, job ? 1 : 0, &f, &n) < 0) {
+        int e = errno;
+        fprintf(stderr, "granaryctl: analyze: %s\n", gr_strerror_last(c));
+        gr_disconnect(c);
+        return e == EPERM ? EXIT_DENIED : EXIT_FAIL;
+    }
+    if (json)
+        printf("{\"jobs\": [");
+    /* the jobs: each from its "job" field to the next */
+    for (size_t i = 0; i <= n; i++) {
+        int omitted = i < n && !f[i].is_text && !strcmp(f[i].name, "omitted");
+        if (i < n && !omitted && (f[i].is_text || strcmp(f[i].name, "job")))
+            continue;
+        if (start != SIZE_MAX) {
+            if (json) {
+                printf("%s", njobs ? ", " : "");
+                analyze_json(f + start, i - start);
+            } else {
+                printf("%s", njobs ? "\n" : "");
+                analyze_text(f + start, i - start);
+            }
+            njobs++;
+            if (plotdir && plot_job(plotdir, f + start, i - start) < 0)
+                rc = EXIT_FAIL;
+        }
+        start = omitted ? SIZE_MAX : i;
+    }
+    if (json)
+        printf("], \"omitted\": %" PRIu64 "}\n", fnum(f, n, "omitted"));
+    else if (!njobs)
+        printf("no jobs have read through the daemon yet\n");
+    else if (fnum(f, n, "omitted"))
+        printf("\n(%" PRIu64 " more jobs did not fit one reply: ask with --job ID)\n",
+               fnum(f, n, "omitted"));
+    free(f);
+    gr_disconnect(c);
+    return rc;
+}
+
 /* DEST as an absolute path: relative ones are taken from the current
  * directory (resolved: the daemon does not resolve ".." or links). */
 static int abs_dest(const char *d, char *out, size_t len)
@@ -1200,6 +1678,8 @@ int main(int argc, char **argv)
         return cmd_put(argc, argv);
     if (!strcmp(argv[0], "ckpt"))
         return cmd_ckpt(argc, argv);
+    if (!strcmp(argv[0], "analyze"))
+        return cmd_analyze(argc, argv);
     fprintf(stderr, "granaryctl: unknown command \"%s\" (try --help)\n", argv[0]);
     return EXIT_USAGE;
 }

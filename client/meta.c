@@ -324,8 +324,10 @@ static int rd_dec(void *arg, const struct proto_msg *m)
         d->names[noff + e.name_len] = '\0';
         g->name = d->names + noff;
         noff += e.name_len + 1;
-        g->type = e.type == PROTO_DIRENT_DIR ? DT_DIR : DT_REG;
-        if (e.has_attr) {
+        g->type = e.type;
+        /* Attributes are stat's for files and directories only (a link's
+         * are lstat's: stat would follow it). */
+        if (e.has_attr && (e.type == PROTO_DIRENT_DIR || e.type == PROTO_DIRENT_REG)) {
             g->has_stat = 1;
             st_of_attr(&e.attr, &g->st);
             if (d->plen + 1 + e.name_len < sizeof(key)) {

@@ -13,8 +13,19 @@
  * fd -> gr_file, provided the daemon's file is the kernel's (same device,
  * inode and size).  Then read, pread/pread64 (and __read_chk,
  * __pread*_chk), copy_file_range and sendfile on that descriptor are served
- * with gr_pread; everything else on it (mmap, readv, fstatat, ioctl ...)
+ * with gr_pread; read-only mmaps are made of the daemon's cached pages
+ * (preload_mmap.c) and stdio streams read through the shim
+ * (preload_stdio.c); everything else on it (readv, fstatat, ioctl ...)
  * goes to the real file, which holds the same bytes.
+ *
+ * Duplicates and inherited descriptors.  dup, dup2, dup3 and fcntl's
+ * F_DUPFD/F_DUPFD_CLOEXEC are the real calls; when the old descriptor is
+ * served, the new one is served by the same daemon handle (released with
+ * the last of them), so `dd if=` (open, dup2 onto 0, close) is served.
+ * Descriptors a process starts with (a shell redirect `cmd < file`, a
+ * parent's descriptor kept across exec) are listed by a constructor when
+ * they are read-only regular files, and offered to the daemon on their
+ * first read, as if just opened.
  *
  * Offsets.  The kernel's file offset is the only offset: read() takes it
  * with lseek(fd, 0, SEEK_CUR), reads there through the daemon and moves it
@@ -44,9 +55,9 @@
  * fdopen'ed stream, close_range, a raw syscall) and reused is never served
  * from the wrong file.
  *
- * Limits.  stdio (fopen/fread) uses glibc-internal calls and is not served;
- * nor are mmap, readv/preadv, io_uring or programs that make raw system
- * calls (Go): all of these read the real file, which is the fallback.  All
+ * Limits.  readv/preadv, io_uring, freopen'ed streams, writable mmaps and
+ * programs that make raw system calls (Go) are not served: they read the
+ * real file, which is the fallback.  All
  * served descriptors of a process share one connection, so reads by
  * several threads are serialised by libgranary, and at most 4096 are served
  * at once (the daemon's limit per connection; more fall through).  Paths
@@ -64,6 +75,7 @@
  * straight to the real function.
  */
 #undef _FORTIFY_SOURCE                  /* it would turn open/read into inline wrappers */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,13 +93,16 @@
 #include <unistd.h>
 
 #include "granary.h"
+#include "granary_int.h"
 #include "clock.h"
 #include "ini.h"
+#include "preload_int.h"
 
 #define PL_MAX_ROOTS 16
 #define PL_BOUNCE (1u << 20)            /* bytes per copy_file_range/sendfile call */
 #define PL_RETRY_NS 1000000000LL        /* between connection attempts */
 #define PL_MAX_FD (1 << 24)             /* larger descriptors are not tracked */
+#define PL_MAX_PENDING 64               /* inherited descriptors looked at lazily */
 
 /* glibc still exports these for binaries built before 2.33, but no longer
  * declares them. */
@@ -141,6 +156,8 @@ static struct {
     int any;                            /* no roots known: offer every file */
     int nroots;
     pl_root roots[PL_MAX_ROOTS];
+    int npending;                       /* entries in pending (atomic reads outside lock) */
+    int pending[PL_MAX_PENDING];        /* inherited read-only regular files, not yet offered */
 } pl = { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT };
 
 /* Non-zero while this thread is inside libgranary or the shim's own
@@ -153,7 +170,8 @@ static __thread int pl_busy __attribute__((tls_model("initial-exec")));
 #define PL_SYMS(X) X(open) X(open64) X(openat) X(openat64) X(__open_2) X(__open64_2) \
     X(__openat_2) X(__openat64_2) X(read) X(pread) X(pread64) X(__read_chk)           \
     X(__pread_chk) X(__pread64_chk) X(close) X(dup2) X(dup3) X(fstat) X(fstat64)       \
-    X(__fxstat) X(__fxstat64) X(copy_file_range) X(sendfile) X(sendfile64) X(lseek)
+    X(__fxstat) X(__fxstat64) X(copy_file_range) X(sendfile) X(sendfile64) X(lseek)  \
+    X(dup) X(fcntl) X(fcntl64)
 
 #define PL_SLOT(n) static void *pl_real_##n;
 PL_SYMS(PL_SLOT)
@@ -291,12 +309,51 @@ static void pl_atfork_child(void)
     pthread_mutex_unlock(&pl.lock);
 }
 
+/*
+ * The descriptors this process was started with (a shell redirect,
+ * `cmd 3<file`, a parent's open file across exec): those that are
+ * read-only regular files go on pl.pending, and the first read of one
+ * offers it to the daemon (pl_adopt), so a process that never reads them
+ * never connects.  Nothing else is done here: no daemon, no roots yet.
+ */
+static void pl_scan_inherited(void)
+{
+    DIR *d;
+    struct dirent *de;
+    struct stat st;
+    int self, fd, fl;
+    char *end;
+
+    pl_busy++;
+    d = opendir("/proc/self/fd");
+    if (!d)
+        goto out;
+    self = dirfd(d);
+    while ((de = readdir(d)) != NULL && pl.npending < PL_MAX_PENDING) {
+        long v = strtol(de->d_name, &end, 10);
+        if (*end || end == de->d_name || v < 0 || v >= PL_MAX_FD || (int)v == self)
+            continue;
+        fd = (int)v;
+        fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
+        if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & O_PATH))
+            continue;
+        if (CALL_REAL(fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        pl.pending[pl.npending++] = fd;
+    }
+    closedir(d);
+out:
+    pl_busy--;
+}
+
 __attribute__((constructor)) static void pl_setup(void)
 {
 #define PL_RESOLVE(n) (void)pl_sym(&pl_real_##n, #n);
     PL_SYMS(PL_RESOLVE)
 #undef PL_RESOLVE
     pthread_atfork(pl_atfork_prepare, pl_atfork_parent, pl_atfork_child);
+    pl_scan_inherited();
+    pl__stdio_setup();
 }
 
 /* ------------------------------------------------------------------ */
@@ -386,9 +443,56 @@ static pl_conn *pl_conn_get(void)
     return c;
 }
 
+static void pl_track(int fd, int flags);
+
+/* Drop fd from pl.pending; 1 if it was there.  Caller holds pl.lock. */
+static int pl_unpend_locked(int fd)
+{
+    for (int i = 0; i < pl.npending; i++)
+        if (pl.pending[i] == fd) {
+            pl.pending[i] = pl.pending[pl.npending - 1];
+            __atomic_store_n(&pl.npending, pl.npending - 1, __ATOMIC_RELAXED);
+            return 1;
+        }
+    return 0;
+}
+
+/* An inherited descriptor's first use: offer it to the daemon once (it
+ * is served from now on if pl_track accepts it, else never looked at
+ * again).  pl_track checks what fd is now, so a number reused since the
+ * scan is judged afresh. */
+static void pl_adopt(int fd)
+{
+    int was, fl, e = errno;
+
+    if (fd < 0 || pl_busy || __atomic_load_n(&pl.npending, __ATOMIC_RELAXED) == 0)
+        return;
+    pthread_mutex_lock(&pl.lock);
+    was = pl_unpend_locked(fd);
+    pthread_mutex_unlock(&pl.lock);
+    if (!was)
+        return;
+    pl_busy++;
+    fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
+    if (fl >= 0)
+        pl_track(fd, fl);
+    pl_busy--;
+    errno = e;
+}
+
 /* The served file of fd with a reference for the caller (pl_put), or
- * NULL.  Cheap when nothing is served. */
+ * NULL.  Cheap when nothing is served.  An inherited descriptor is
+ * offered to the daemon on its first pl_get (pl_adopt). */
+static pl_file *pl_peek(int fd);
+
 static pl_file *pl_get(int fd)
+{
+    pl_adopt(fd);
+    return pl_peek(fd);
+}
+
+/* pl_get without adopting: for fstat, which must not cost a daemon open. */
+static pl_file *pl_peek(int fd)
 {
     pl_file *pf = NULL;
 
@@ -434,7 +538,14 @@ static pl_file *pl_detach(int fd, pl_file *only)
 {
     pl_file *pf = NULL;
 
-    if (fd < 0 || pl_busy || __atomic_load_n(&pl.ntracked, __ATOMIC_RELAXED) == 0)
+    if (fd < 0 || pl_busy)
+        return NULL;
+    if (!only && __atomic_load_n(&pl.npending, __ATOMIC_RELAXED) > 0) {
+        pthread_mutex_lock(&pl.lock);   /* the number is about to mean another file */
+        pl_unpend_locked(fd);
+        pthread_mutex_unlock(&pl.lock);
+    }
+    if (__atomic_load_n(&pl.ntracked, __ATOMIC_RELAXED) == 0)
         return NULL;
     pthread_mutex_lock(&pl.lock);
     if (pl.forked)
@@ -925,39 +1036,147 @@ ssize_t sendfile64(int out, int in, off64_t *off, size_t len)
 /* ------------------------------------------------------------------ */
 /* Closing, duplicating onto, stat.                                    */
 
-/* close/dup2/dup3: the real call; a served descriptor that is closed (or
- * replaced) stops being served and its daemon handle is released. */
+/* newfd was just made a duplicate of oldfd (dup, dup2, dup3, F_DUPFD):
+ * when oldfd is served, newfd is served by the same pl_file (one daemon
+ * handle, one pos_lock, as the two share one file offset); released when
+ * the last of them is closed. */
+static void pl_dup_track(int oldfd, int newfd)
+{
+    pl_file *pf;
+    int e = errno;
+
+    if (newfd < 0 || newfd == oldfd || newfd >= PL_MAX_FD || pl_busy)
+        return;
+    pf = pl_get(oldfd);                 /* an inherited oldfd is adopted first */
+    if (pf)
+        pl_insert(newfd, pf);           /* takes over the reference */
+    errno = e;
+}
+
+/*
+ * The program is about to make descriptor number fd its own (close, or
+ * dup2/dup3 onto it).  If that is a connection's socket (libgranary keeps
+ * it at 512 or above, so this is rare: `exec 600<file`, a loop closing
+ * every descriptor), the connection forgets it without closing it, so
+ * nothing of the shim's closes the program's descriptor later (a child
+ * after fork drops its connections by closing them), and is broken: its
+ * files fall back to the real calls.  Before anything that may drop
+ * connections (pl_detach in a child).
+ */
+static void pl_disown(int fd)
+{
+    if (fd < 0 || pl_busy || !__atomic_load_n(&pl.conns, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&pl.lock);
+    for (pl_conn *c = pl.conns; c; c = c->next)
+        if (gr__client_fd(c->c) == fd) {
+            gr__client_disown_fd(c->c, fd, !pl.forked);
+            __atomic_store_n(&c->broken, 1, __ATOMIC_RELAXED);
+        }
+    pthread_mutex_unlock(&pl.lock);
+}
+
+/* close: the real call; a served descriptor that is closed stops being
+ * served and the last one of a file releases its daemon handle. */
 int close(int fd)
 {
-    pl_file *pf = pl_detach(fd, NULL);
+    pl_file *pf;
+
+    pl_disown(fd);
+    pf = pl_detach(fd, NULL);
     int r = CALL_REAL(close, fd);
 
     pl_put(pf);
     return r;
 }
 
+/* dup/dup2/dup3: the real call; the new descriptor is served when the old
+ * one is (and what newfd was before is no longer served). */
+int dup(int oldfd)
+{
+    int r = CALL_REAL(dup, oldfd);
+
+    if (r >= 0) {
+        pl_put(pl_detach(r, NULL));     /* a stale entry for a number closed behind us */
+        pl_dup_track(oldfd, r);
+    }
+    return r;
+}
+
 int dup2(int oldfd, int newfd)
 {
-    int r = CALL_REAL(dup2, oldfd, newfd);
+    int r;
 
-    if (r >= 0 && oldfd != newfd)
+    if (oldfd != newfd)
+        pl_disown(newfd);
+    r = CALL_REAL(dup2, oldfd, newfd);
+
+    if (r >= 0 && oldfd != newfd) {
         pl_put(pl_detach(newfd, NULL)); /* newfd was closed by the call */
+        pl_dup_track(oldfd, newfd);
+    }
     return r;
 }
 
 int dup3(int oldfd, int newfd, int flags)
 {
-    int r = CALL_REAL(dup3, oldfd, newfd, flags);
+    int r;
 
-    if (r >= 0)
+    if (oldfd != newfd)
+        pl_disown(newfd);
+    r = CALL_REAL(dup3, oldfd, newfd, flags);
+
+    if (r >= 0) {
         pl_put(pl_detach(newfd, NULL));
+        pl_dup_track(oldfd, newfd);
+    }
     return r;
+}
+
+/* fcntl/fcntl64: the real call (the argument passed on as glibc itself
+ * does, one word); F_DUPFD and F_DUPFD_CLOEXEC duplicate as dup does. */
+static int pl_fcntl(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+    int r;
+
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    r = real(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+        pl_put(pl_detach(r, NULL));
+        pl_dup_track(fd, r);
+    }
+    return r;
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    void *arg;
+
+    va_start(ap, cmd);
+    arg = va_arg(ap, void *);
+    va_end(ap);
+    return pl_fcntl(REAL(fcntl), fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    void *arg;
+
+    va_start(ap, cmd);
+    arg = va_arg(ap, void *);
+    va_end(ap);
+    return pl_fcntl(REAL(fcntl64), fd, cmd, arg);
 }
 
 /* A served descriptor's size is the one the daemon fixed at open. */
 static void pl_fix_size(int fd, dev_t dev, ino_t ino, off_t *size)
 {
-    pl_file *pf = pl_get(fd);
+    pl_file *pf = pl_peek(fd);
 
     if (pf && pf->dev == dev && pf->ino == ino)
         *size = pf->size;
@@ -1000,4 +1219,73 @@ int __fxstat64(int ver, int fd, struct stat64 *st)
     if (r == 0)
         pl_fix_size(fd, st->st_dev, st->st_ino, &st->st_size);
     return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* For preload_stdio.c (contracts in preload_int.h).                   */
+
+int pl__busy(void)
+{
+    return pl_busy;
+}
+
+int pl__served(int fd)
+{
+    pl_file *pf = pl_get(fd);
+
+    pl_put(pf);
+    return pf != NULL;
+}
+
+int pl__candidate(int fd)
+{
+    struct stat st;
+    char link[64], path[PATH_MAX], dpath[PATH_MAX];
+    ssize_t n;
+    int fl, ok = 0, e = errno;
+
+    if (fd < 0 || pl_busy)
+        return 0;
+    pl_busy++;
+    pthread_once(&pl.once, pl_init_once);
+    fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
+    if (pl.off || fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & O_PATH) ||
+        CALL_REAL(fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
+        goto out;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    if (n <= 0 || path[0] != '/')
+        goto out;
+    path[n] = '\0';
+    ok = pl_map_path(path, dpath, sizeof(dpath));
+out:
+    pl_busy--;
+    errno = e;
+    return ok;
+}
+
+void *pl__file_get(int fd, gr_file **f, long long *size)
+{
+    pl_file *pf = pl_get(fd);
+
+    if (pf) {
+        *f = pf->f;
+        *size = (long long)pf->size;
+    }
+    return pf;
+}
+
+void pl__file_put(void *pf)
+{
+    pl_put(pf);
+}
+
+void pl__busy_enter(void)
+{
+    pl_busy++;
+}
+
+void pl__busy_leave(void)
+{
+    pl_busy--;
 }

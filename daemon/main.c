@@ -216,7 +216,7 @@ int main(int argc, char **argv)
             .capacity = cfg.nvme_capacity,
             .inline_max = cfg.nvme_inline_max,
             .max_chunk = cfg.chunk_size,
-            .policy = cfg.nvme_policy,
+            .policy = strcmp(cfg.nvme_policy, "auto") ? cfg.nvme_policy : "lru",
         };
         if (nvme_open(&nc, &nvme, err, sizeof(err)) < 0) {
             log_error("nvme tier: %s", err);
@@ -232,7 +232,10 @@ int main(int argc, char **argv)
     } else {
         log_info("nvme tier disabled ([nvme] path is empty)");
     }
-    if (dram_new_pages(cfg.dram_capacity, cfg.chunk_size, cfg.dram_policy,
+    /* policy = auto starts as lru; the server's auto controller (auto.c)
+     * switches it when a job's verdict is stable. */
+    if (dram_new_pages(cfg.dram_capacity, cfg.chunk_size,
+                       strcmp(cfg.dram_policy, "auto") ? cfg.dram_policy : "lru",
                        huge_pages_mode(cfg.dram_huge_pages), &d, err, sizeof(err)) < 0) {
         log_error("dram tier: %s", err);
         goto fail;
@@ -317,6 +320,7 @@ int main(int argc, char **argv)
             log_error("[metrics] listen %s", err);
             goto fail;
         }
+        metrics_set_extra(met, server_metrics_jobs, &srv);
         if (strncmp(metrics_address(met), "unix:", 5) == 0)
             log_info("metrics on %s (GET /metrics)", metrics_address(met));
         else

@@ -63,6 +63,8 @@ void reload_prefetch_limits(const gr_config *cfg, prefetch_limits *lim)
 /* Every chunk and pin is carried over, in the old policy's eviction order. */
 static int hook_dram_policy(reload_ctx *r, char *err, size_t errlen)
 {
+    if (!strcmp(r->cfg->dram_policy, "auto"))
+        return 0;               /* the auto controller (serve/auto.c) decides from now on */
     return dram_set_policy(r->dram, r->cfg->dram_policy, err, errlen);
 }
 
@@ -70,7 +72,7 @@ static int hook_nvme_policy(reload_ctx *r, char *err, size_t errlen)
 {
     int rc;
 
-    if (!r->nvme)
+    if (!r->nvme || !strcmp(r->cfg->nvme_policy, "auto"))
         return 0;
     rc = nvme_set_policy(r->nvme, r->cfg->nvme_policy);
     if (rc < 0)

@@ -385,7 +385,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
             if (n - off < 4)
                 return -EPROTO;
             nl = get16(b + off + 2);
-            if ((b[off] != PROTO_DIRENT_DIR && b[off] != PROTO_DIRENT_REG) || b[off + 1] != 0 ||
+            if (!PROTO_DIRENT_VALID(b[off]) || b[off + 1] != 0 ||
                 nl == 0 || nl > 255 || n - off < PROTO_DIRENT_SIZE(nl, flags & PROTO_READDIR_PLUS))
                 return -EPROTO;
             if (memchr(b + off + 4, '/', nl) || memchr(b + off + 4, '\0', nl))
@@ -568,7 +568,7 @@ ssize_t proto_enc_readdir_reply(void *buf, size_t cap, uint32_t req_id, uint64_t
         return -EMSGSIZE;
     for (uint32_t i = 0; i < n; i++) {
         if (ents[i].name_len == 0 || ents[i].name_len > 255 ||
-            (ents[i].type != PROTO_DIRENT_DIR && ents[i].type != PROTO_DIRENT_REG) ||
+            !PROTO_DIRENT_VALID(ents[i].type) ||
             memchr(ents[i].name, '/', ents[i].name_len) ||
             memchr(ents[i].name, '\0', ents[i].name_len))
             return -EMSGSIZE;

@@ -54,7 +54,7 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_DATASET_LIST = 11,  /* the registered datasets (anyone) */
     PROTO_ADMIN_DATASET_REMOVE = 12, /* unregister one (admin only) */
     PROTO_ADMIN_DATASET_RESCAN = 13, /* scan one again now (admin only) */
-    /* 14 is ANALYZE's (another branch). */
+    PROTO_ADMIN_ANALYZE = 14,   /* how each job reads, and what to set (anyone: own jobs) */
     PROTO_ADMIN_CKPT_LIST = 15,     /* checkpoints and their states (anyone: their own) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
@@ -84,6 +84,10 @@ typedef enum proto_admin_cmd {
 #define PROTO_MAX_DIRENTS     4096      /* entries one READDIR may ask for */
 #define PROTO_DIRENT_DIR      4         /* DT_DIR */
 #define PROTO_DIRENT_REG      8         /* DT_REG */
+/* Also valid: the other kinds' DT_ values (1 FIFO, 2 CHR, 6 BLK, 10 LNK,
+ * 12 SOCK): named and typed, never served (their attributes are lstat's). */
+#define PROTO_DIRENT_VALID(t) ((t) == 1 || (t) == 2 || (t) == 4 || (t) == 6 || (t) == 8 || \
+                               (t) == 10 || (t) == 12)
 
 typedef enum proto_op {
     PROTO_OP_HELLO = 1,   /* version handshake and limits */
@@ -351,7 +355,7 @@ ssize_t proto_enc_readdir(void *buf, size_t cap, uint32_t req_id, uint64_t cooki
                           uint32_t flags, const char *path, size_t len);
 /* One READDIR reply entry. */
 typedef struct proto_dirent {
-    uint8_t type;                  /* PROTO_DIRENT_DIR or _REG */
+    uint8_t type;                  /* a DT_ value: PROTO_DIRENT_VALID */
     const char *name;              /* not NUL-terminated */
     uint32_t name_len;             /* 1..255 */
     int has_attr;

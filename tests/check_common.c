@@ -19,6 +19,7 @@
 #include "htab.h"
 #include "ini.h"
 #include "list.h"
+#include "path.h"
 #include "size.h"
 #include "testutil.h"
 #include "usock.h"
@@ -305,6 +306,33 @@ END_TEST
 
 /* ---- size ---- */
 
+/* gr__path_abs against what os.path.abspath gives, from a known cwd. */
+START_TEST(test_path_abs)
+{
+    static const struct { const char *in, *want; } cases[] = {
+        { "x", "/tmp/x" }, { "./x/", "/tmp/x" }, { "a//b/./c", "/tmp/a/b/c" },
+        { "../etc/passwd", "/etc/passwd" }, { "../../../..", "/" }, { ".", "/tmp" },
+        { "a/../../b", "/b" }, { "..x/.y", "/tmp/..x/.y" },
+        { "/abs/../kept", "/abs/../kept" },     /* absolute: the daemon judges it */
+    };
+    char out[64], cwd[4096], small[7];
+
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+    ck_assert_int_eq(chdir("/tmp"), 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ck_assert_int_eq(gr__path_abs(cases[i].in, out, sizeof(out)), 0);
+        ck_assert_str_eq(out, cases[i].want);
+    }
+    ck_assert_int_eq(gr__path_abs("", out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(gr__path_abs(NULL, out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(gr__path_abs("abc", small, sizeof(small)), -ENAMETOOLONG);   /* "/tmp/abc" */
+    ck_assert_int_eq(gr__path_abs("/abcdef", small, sizeof(small)), -ENAMETOOLONG);
+    ck_assert_int_eq(gr__path_abs("a", small, sizeof(small)), 0);
+    ck_assert_str_eq(small, "/tmp/a");
+    ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
 START_TEST(test_size)
 {
     static const struct { const char *s; uint64_t v; } good[] = {
@@ -460,6 +488,7 @@ static Suite *common_suite(void)
     tcase_add_test(tc, test_ini);
     tcase_add_test(tc, test_ini_get);
     tcase_add_test(tc, test_size);
+    tcase_add_test(tc, test_path_abs);
     tcase_add_test(tc, test_listen_refuses_non_socket);
     tcase_add_test(tc, test_listen_stale_live_close);
     tcase_add_test(tc, test_fdpass);

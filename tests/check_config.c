@@ -269,7 +269,7 @@ START_TEST(test_other_types)
     set_fails("source", "attr_ttl", "", "is not a number of seconds");
     set_fails("source", "attr_ttl", "1e300", "is not a number of seconds");
 
-    set_fails("dram", "policy", "mru", "[dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch");
+    set_fails("dram", "policy", "mru", "[dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch|auto");
     set_fails("nvme", "policy", "", "is not one of lru");
     set_ok("nvme", "policy", "LRU");
     ck_assert_str_eq(cfg->nvme_policy, "lru");
@@ -352,7 +352,7 @@ START_TEST(test_line_numbers)
                 "granary.conf:13: expected \"key = value\"");
     /* Last line without newline. */
     parse_fails("[dram]\npolicy = mru",
-                "granary.conf:2: [dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch");
+                "granary.conf:2: [dram] policy: \"mru\" is not one of lru|lfu|sieve|s3fifo|epoch|auto");
 }
 END_TEST
 

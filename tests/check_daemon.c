@@ -583,8 +583,20 @@ START_TEST(test_refused_paths)
     ck_assert_ptr_null(gr_open(c, link));
     ck_assert_int_eq(errno, EACCES);
 
+    /* Relative: from the working directory (here outside the roots), and
+     * into the root from inside it. */
     ck_assert_ptr_null(gr_open(c, "relative/path"));
-    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(errno, EACCES);
+    {
+        char cwd[4096];
+        gr_file *rf;
+        ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+        ck_assert_int_eq(chdir(d.src), 0);
+        rf = gr_open(c, "./inside");
+        ck_assert_int_eq(chdir(cwd), 0);
+        ck_assert_ptr_nonnull(rf);
+        gr_close(rf);
+    }
     ck_assert_ptr_null(gr_open(c, src_path("missing")));
     ck_assert_int_eq(errno, ENOENT);
     ck_assert_ptr_null(gr_open(c, dir));

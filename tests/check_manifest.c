@@ -92,9 +92,10 @@ static void build(const char *path, int n)
     {
         struct stat l = mkst(S_IFLNK | 0777, 5, 98);
         int64_t u = mf_build_add(b, top, "unlisted", &d, NULL, 0);
-        ck_assert_int_eq(mf_build_add(b, bb, "link", &l, NULL, 0), -EINVAL);
+        ck_assert_int_ge(mf_build_add(b, bb, "link", &l, NULL, 0), 0);   /* named, never served */
         ck_assert_int_eq(mf_build_unlisted(b, u), 0);
-        ck_assert_int_eq(mf_build_unlisted(b, (int64_t)mf_build_count(b) - 2), -EINVAL);  /* a file */
+        ck_assert_int_eq(mf_build_unlisted(b, (int64_t)mf_build_count(b) - 3), -EINVAL);  /* a file */
+        ck_assert_int_eq(mf_build_unlisted(b, (int64_t)mf_build_count(b) - 1), -EINVAL);  /* a link */
     }
     ck_assert_int_eq(mf_build_write(b, path, err, sizeof(err)), 0);
     mf_build_free(&b);
@@ -120,7 +121,7 @@ START_TEST(test_round_trip)
     snprintf(path, sizeof(path), "%s", path_in("m.man"));
     build(path, 300);
     ck_assert_int_eq(mf_open(path, &m, err, sizeof(err)), 0);
-    ck_assert_uint_eq(mf_count(m), 3 + 3 + 300 + 1);
+    ck_assert_uint_eq(mf_count(m), 3 + 3 + 300 + 1 + 1);   /* the link too */
     ck_assert_uint_eq(mf_files(m), 301);
     ck_assert_str_eq(mf_top_path(m), "/data/set");
     ck_assert_int_eq(mf_stamp_of(m)->ctime_ns, 222);
@@ -155,7 +156,14 @@ START_TEST(test_round_trip)
     ck_assert_uint_eq(mf_lookup(m, "/data/settle/a", NULL, 0, NULL, NULL), MF_NONE);
     ck_assert_uint_eq(mf_lookup(m, "/data", NULL, 0, NULL, NULL), MF_NONE);
     ck_assert_uint_eq(mf_lookup(m, "/data/set/a/f00300", NULL, 0, NULL, NULL), MF_NONE);
-    ck_assert_uint_eq(mf_lookup(m, "/data/set/b/link", NULL, 0, NULL, NULL), MF_NONE);
+    /* A link is there (so nothing says it is not), as a link: never a file. */
+    {
+        int absent = -1;
+        mf_get(m, mf_lookup(m, "/data/set/b/link", NULL, 0, NULL, NULL), &e);
+        ck_assert(e.is_other && !e.is_dir && S_ISLNK(e.st.st_mode));
+        ck_assert_uint_eq(mf_lookup(m, "/data/set/b/link/below", NULL, 0, NULL, &absent), MF_NONE);
+        ck_assert_int_eq(absent, 0);            /* through a link: the manifest cannot say */
+    }
     ck_assert_uint_eq(mf_lookup(m, "/data/set/a/f00001/x", NULL, 0, NULL, NULL), MF_NONE);
     ck_assert_uint_eq(mf_lookup(m, "/data/set", NULL, 0, NULL, NULL), mf_top(m));
     /* What the manifest can say is absent, and what it cannot. */

@@ -4,7 +4,7 @@
  * that cannot be allocated fails the connection instead of hanging the
  * client; empty packets and surplus fds never leak descriptors (issue 21);
  * every refusal reaches the client with its reason; client-reported
- * counters (REPORT).
+ * counters (REPORT); ADMIN ANALYZE as PROTOCOL.md describes it.
  */
 #include <check.h>
 #include <dirent.h>
@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fdpass.h"
@@ -364,6 +365,214 @@ static size_t openx_bytes(uint8_t *b, uint32_t id, uint16_t hflags, uint64_t off
     return 40 + pl;
 }
 
+/* A request of op with a body of prefix (plen bytes) then path, by hand. */
+static size_t raw_req(uint8_t *b, uint8_t op, uint32_t id, const void *prefix, size_t plen,
+                      const char *path, size_t pathlen)
+{
+    memset(b, 0, PROTO_HDR_LEN);
+    le32w(b, 0x594e5247u);
+    b[4] = 2;
+    b[5] = op;
+    le32w(b + 8, id);
+    le32w(b + 12, (uint32_t)(plen + pathlen));
+    if (plen)
+        memcpy(b + PROTO_HDR_LEN, prefix, plen);
+    memcpy(b + PROTO_HDR_LEN + plen, path, pathlen);
+    return PROTO_HDR_LEN + plen + pathlen;
+}
+
+static size_t readdir_req(uint8_t *b, uint32_t id, uint64_t cookie, uint32_t max, uint32_t flags,
+                          const char *path)
+{
+    uint8_t pre[16];
+
+    le32w(pre, (uint32_t)cookie);
+    le32w(pre + 4, (uint32_t)(cookie >> 32));
+    le32w(pre + 8, max);
+    le32w(pre + 12, flags);
+    return raw_req(b, 13, id, pre, sizeof(pre), path, strlen(path));
+}
+
+/*
+ * STAT and READDIR as a client written from PROTOCOL.md sees them: a
+ * registered dataset's attributes byte by byte, a directory of 4100 entries
+ * paged to the end by cookies (sorted, each once), and hostile requests
+ * (empty and overlong paths, max 0 and 4097, unknown flags, a cookie past
+ * the end, a file listed, an fd attached, paths outside the roots or the
+ * dataset) refused with the right errno and the connection kept; a peer
+ * the daemon does not judge for (access_check = fd, not root) gets ENOKEY.
+ */
+START_TEST(test_stat_readdir_from_the_spec)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 16 + PROTO_MAX_PATH + 8];
+    char top[600], p[700], long_path[PROTO_MAX_PATH + 2];
+    struct stat st;
+    gr_client *c;
+    gr_field arg, *out;
+    size_t len, nout;
+    proto_msg m;
+    int fd, ready = 0;
+
+    tu_daemon_init(&d, "[daemon]\nsocket_mode = 0666\n");
+    chmod(d.dir, 0755);
+    snprintf(top, sizeof(top), "%s/ds", d.src);
+    ck_assert_int_eq(mkdir(top, 0755), 0);
+    snprintf(p, sizeof(p), "%s/many", top);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 4100; i++) {
+        snprintf(p, sizeof(p), "%s/many/n%05d", top, i);
+        close(open(p, O_CREAT | O_WRONLY, 0644));
+    }
+    snprintf(p, sizeof(p), "%s/file", top);
+    tu_write_pattern(p, 9, 12345);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    arg = (gr_field){ .name = "path", .is_text = 1, .text = top, .len = strlen(top) };
+    ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &nout), 0);
+    free(out);
+    for (int i = 0; i < 500 && !ready; i++) {
+        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &nout), 0);
+        for (size_t k = 0; k < nout; k++)
+            ready |= !strcmp(out[k].name, "state") && !strcmp(out[k].text, "ready");
+        free(out);
+        if (!ready)
+            tu_sleep_ms(20);
+    }
+    ck_assert(ready);
+    gr_disconnect(c);
+    fd = raw_connect(&d);
+
+    /* STAT of the file: 72 bytes, attributes at 0, valid_ms, reserved 0. */
+    len = raw_req(req, 12, 1, NULL, 0, p, strlen(p));
+    ck_assert_int_eq(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), PROTO_HDR_LEN + 72);
+    ck_assert_uint_eq(rbuf[5], 12);
+    ck_assert_uint_eq(rbuf[6] & 1, 1);                              /* REPLY */
+    ck_assert_int_eq((int32_t)le32r(rbuf + 16), 0);
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_uint_eq(le32r(rbuf + 24), 0);                         /* handle 0 */
+    ck_assert_uint_eq(le32r(rbuf + 24 + 8), 12345);                 /* size */
+    ck_assert_uint_eq(le32r(rbuf + 24 + 16), (uint32_t)st.st_ino);
+    ck_assert_uint_eq(le32r(rbuf + 24 + 44), st.st_mode);
+    ck_assert_uint_gt(le32r(rbuf + 24 + 64), 0);                    /* valid_ms */
+    ck_assert_uint_le(le32r(rbuf + 24 + 64), 60000);                /* the default recheck */
+    ck_assert_uint_eq(le32r(rbuf + 24 + 68), 0);
+
+    /* STAT errors, each on the same connection. */
+    snprintf(p, sizeof(p), "%s/nope", top);
+    len = raw_req(req, 12, 2, NULL, 0, p, strlen(p));
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -ENOENT);
+    snprintf(p, sizeof(p), "%s/elsewhere", d.src);                 /* under the root, no dataset */
+    len = raw_req(req, 12, 3, NULL, 0, p, strlen(p));
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -ENODATA);
+    len = raw_req(req, 12, 4, NULL, 0, "/etc/passwd", 11);          /* outside the roots */
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_lt(m.h.status, 0);
+    ck_assert_int_ne(m.h.status, -ENODATA);
+    len = raw_req(req, 12, 5, NULL, 0, "", 0);                      /* no path */
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    memset(long_path, 'a', sizeof(long_path) - 1);
+    long_path[0] = '/';
+    long_path[sizeof(long_path) - 1] = '\0';
+    len = raw_req(req, 12, 6, NULL, 0, long_path, PROTO_MAX_PATH + 1);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EMSGSIZE);
+    {
+        int devnull = open("/dev/null", O_RDONLY);
+        snprintf(p, sizeof(p), "%s/file", top);
+        len = raw_req(req, 12, 7, NULL, 0, p, strlen(p));
+        ck_assert_int_gt(raw_call(fd, req, len, &devnull, 1, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_lt(m.h.status, 0);                            /* STAT carries no fd */
+        close(devnull);
+    }
+
+    /* READDIR PLUS of 4100 entries, page by page to next == 0. */
+    {
+        uint64_t cookie = 0;
+        int total = 0, pages = 0;
+        char last[300] = "";
+        snprintf(p, sizeof(p), "%s/many", top);
+        do {
+            size_t off = 0;
+            proto_dirent e;
+            len = readdir_req(req, 100 + (uint32_t)pages, cookie, 4096, 1, p);
+            ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+            ck_assert_int_eq(m.h.status, 0);
+            ck_assert_uint_eq(m.u.dirents.flags, 1);
+            ck_assert_uint_gt(m.u.dirents.count, 0);
+            while (proto_dirent_next(&m, &off, &e) == 1) {
+                char name[300];
+                snprintf(name, sizeof(name), "%.*s", (int)e.name_len, e.name);
+                ck_assert_uint_eq(e.type, 8);
+                ck_assert(e.has_attr && e.attr.size == 0 && (e.attr.mode & 0777) == 0644);
+                ck_assert_msg(strcmp(last, name) < 0, "%s after %s", name, last);
+                strcpy(last, name);
+                total++;
+            }
+            cookie = m.u.dirents.next;
+            pages++;
+        } while (cookie && pages < 100);
+        ck_assert_int_eq(total, 4100);
+        ck_assert_int_gt(pages, 1);                                 /* it did page */
+        ck_assert_str_eq(last, "n04099");
+    }
+    /* READDIR refusals, the connection kept. */
+    len = readdir_req(req, 200, 0, 0, 0, p);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);                          /* max 0 */
+    len = readdir_req(req, 201, 0, 4097, 0, p);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EMSGSIZE);                        /* max over 4096 */
+    len = readdir_req(req, 202, 0, 10, 2, p);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);                          /* unknown flag */
+    len = readdir_req(req, 203, 999999, 10, 0, p);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);                          /* cookie past the end */
+    snprintf(p, sizeof(p), "%s/file", top);
+    len = readdir_req(req, 204, 0, 10, 0, p);
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -ENOTDIR);
+    len = raw_req(req, 13, 205, "\0\0\0", 3, "", 0);               /* shorter than its prefix */
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    /* Still served after all that. */
+    snprintf(p, sizeof(p), "%s/many/n00007", top);
+    len = raw_req(req, 12, 206, NULL, 0, p, strlen(p));
+    ck_assert_int_gt(raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    close(fd);
+
+    /* Not root, access_check = fd: the daemon does not judge: ENOKEY. */
+    {
+        pid_t pid = fork();
+        int status;
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int cfd;
+            proto_msg cm;
+            if (setgid(65534) < 0 || setuid(65534) < 0)
+                _exit(3);
+            cfd = gr__unix_connect(d.sock, SOCK_SEQPACKET);
+            if (cfd < 0)
+                _exit(4);
+            len = raw_req(req, 12, 1, NULL, 0, p, strlen(p));
+            if (raw_call(cfd, req, len, NULL, 0, rbuf, sizeof(rbuf), &cm) <= 0)
+                _exit(5);
+            _exit(cm.h.status == -ENOKEY ? 0 : 6);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %d",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* OPENX and READX's WHOLE as a client written from PROTOCOL.md sees them,
  * hostile inputs included: the reply's layout byte by byte, whole chunks
  * from the boundary below off, bytes right through the segment fd, CLOSE
@@ -499,6 +708,146 @@ START_TEST(test_openx_from_the_spec)
 }
 END_TEST
 
+/* The value of the first record called name in a reply, as a number (the
+ * text's length for a text record, UINT64_MAX when absent); *text set for
+ * text records. */
+static uint64_t rec_find(const proto_msg *m, const char *name, const char **text, uint32_t *tlen)
+{
+    size_t off = 0;
+    proto_rec r;
+
+    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1) {
+        if (!proto_rec_is(&r, name))
+            continue;
+        if (r.kind == PROTO_REC_STR) {
+            if (text)
+                *text = r.str;
+            if (tlen)
+                *tlen = r.len;
+            return r.len;
+        }
+        return r.u64;
+    }
+    return UINT64_MAX;
+}
+
+/* ANALYZE (ADMIN 14) built from PROTOCOL.md: no fields, or one numeric
+ * "job"; a text "job", an unknown field or job 0 of nobody is refused with
+ * -EINVAL / -ENOENT and the connection kept; ADMIN 15 is refused by the
+ * decoder (-EPROTO), the connection kept; after 600 4 KiB reads at random offsets the reply
+ * starts with "jobs", then "job", and names this process group's job
+ * random-small, with hit ratios in basis points and recommendations. */
+START_TEST(test_analyze_from_the_spec)
+{
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 512], recs[256];
+    char path[600];
+    const char *txt = NULL;
+    uint32_t tlen = 0, h;
+    proto_msg m;
+    proto_rec r;
+    size_t off;
+    ssize_t len;
+    uint64_t seed = 7;
+    int fd;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/f", d.src);
+    tu_write_pattern(path, 3, 4u << 20);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    /* refusals, the connection kept */
+    off = 0;
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "job", "1", 1), 0);
+    len = proto_enc_admin(req, sizeof(req), 1, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "path", 1), 0);
+    len = proto_enc_admin(req, sizeof(req), 2, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EINVAL);
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "job", 123456789), 0);
+    len = proto_enc_admin(req, sizeof(req), 3, PROTO_ADMIN_ANALYZE, recs, off);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -ENOENT);
+    /* the command after ANALYZE does not exist: the decoder refuses it */
+    len = proto_enc_admin(req, sizeof(req), 4, PROTO_ADMIN_ANALYZE, NULL, 0);
+    req[PROTO_HDR_LEN] = PROTO_ADMIN_ANALYZE + 1;
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, -EPROTO);
+    /* 600 random 4 KiB READs */
+    len = proto_enc_open(req, sizeof(req), 5, path, strlen(path));
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    h = m.u.attr.handle;
+    for (int i = 0; i < 600; i++) {
+        proto_read rd = { .handle = h, .len = 4096 };
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        rd.off = (seed >> 33) % ((4u << 20) / 4096) * 4096;
+        len = proto_enc_read(req, sizeof(req), 100 + (uint32_t)i, &rd);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+    }
+    len = proto_enc_admin(req, sizeof(req), 6, PROTO_ADMIN_ANALYZE, NULL, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    off = 0;
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "jobs") && r.kind == PROTO_REC_U64 && r.u64 == 1);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &off, &r), 1);
+    ck_assert(proto_rec_is(&r, "job") && r.kind == PROTO_REC_U64 && r.u64 >= 1);
+    ck_assert_uint_eq(rec_find(&m, "pgid", NULL, NULL), (uint64_t)getpgrp());
+    ck_assert_uint_eq(rec_find(&m, "uid", NULL, NULL), (uint64_t)getuid());
+    ck_assert_uint_eq(rec_find(&m, "requests", NULL, NULL), 600);
+    ck_assert_uint_eq(rec_find(&m, "class", &txt, &tlen), strlen("random-small"));
+    ck_assert(memcmp(txt, "random-small", tlen) == 0);
+    ck_assert_uint_ge(rec_find(&m, "random_bp", NULL, NULL), 9000);
+    ck_assert_uint_le(rec_find(&m, "hit_lru_bp", NULL, NULL), 10000);
+    ck_assert_uint_le(rec_find(&m, "hit_belady_bp", NULL, NULL), 10000);
+    ck_assert_uint_ne(rec_find(&m, "rec", NULL, NULL), UINT64_MAX);
+    ck_assert_uint_eq(rec_find(&m, "tier", &txt, &tlen), 4);
+    ck_assert(memcmp(txt, "dram", 4) == 0);
+    /* by job id: the same job */
+    {
+        uint64_t id = rec_find(&m, "job", NULL, NULL);
+        off = 0;
+        ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "job", id), 0);
+        len = proto_enc_admin(req, sizeof(req), 7, PROTO_ADMIN_ANALYZE, recs, off);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(rec_find(&m, "job", NULL, NULL), id);
+    }
+    /* 16 pipelined: each answered, with the report or -EBUSY (at most a
+     * few are built at a time), and the connection kept */
+    {
+        struct iovec iov = { req, 0 };
+        int ok = 0, busy = 0, got[4], ngot;
+        len = proto_enc_admin(req, sizeof(req), 50, PROTO_ADMIN_ANALYZE, NULL, 0);
+        iov.iov_len = (size_t)len;
+        for (int i = 0; i < 16; i++)
+            ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), len);
+        for (int i = 0; i < 16; i++) {
+            size_t used;
+            ssize_t n = gr__recv_fds(fd, rbuf, sizeof(rbuf), got, 4, &ngot, 0, NULL);
+            ck_assert_int_gt(n, 0);
+            ck_assert_int_eq(proto_decode(rbuf, (size_t)n, &m, &used), 0);
+            ok += m.h.status == 0;
+            busy += m.h.status == -EBUSY;
+        }
+        ck_assert_int_eq(ok + busy, 16);
+        ck_assert_int_ge(ok, 1);
+        len = proto_enc_admin(req, sizeof(req), 51, PROTO_ADMIN_HEALTH, NULL, 0);
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+    }
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* REPORT adds the client-kept counters (GR_CLIENT_STATS) to the daemon's,
  * saturating, ignores other names, answers with an empty success, refuses
  * text records; the first report of a GPU path is logged once. */
@@ -566,7 +915,9 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_refusal_reason);
     tcase_add_test(tc, test_admin_fields_and_noreply);
     tcase_add_test(tc, test_openx_from_the_spec);
+    tcase_add_test(tc, test_stat_readdir_from_the_spec);
     tcase_add_test(tc, test_report);
+    tcase_add_test(tc, test_analyze_from_the_spec);
     suite_add_tcase(s, tc);
     return s;
 }

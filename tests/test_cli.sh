@@ -55,6 +55,15 @@ check "outside roots: says why" test $? -eq 0
 $CTL -s "$dir/nosuchsock" stats > /dev/null 2> "$dir/err"
 check "no daemon: exit 3" test $? -eq 3
 check "no daemon: one-line error" test "$(wc -l < "$dir/err")" -eq 1
+grep -q "$dir/nosuchsock.*granaryd running" "$dir/err"
+check "no daemon: names the socket tried" test $? -eq 0
+# Relative paths are taken from the working directory (as the shim does).
+top=$PWD
+mkdir -p "$dir/src/rel/sub"
+cp "$dir/src/one" "$dir/src/rel/r.bin"
+(cd "$dir/src/rel/sub" && "$top/$CTL" -s "$dir/sock" cat ../r.bin ./../../one) > "$dir/out"
+cat "$dir/src/rel/r.bin" "$dir/src/one" | cmp -s - "$dir/out"
+check "cat of relative paths (../, ./)" test $? -eq 0
 $CTL bogus > /dev/null 2>&1
 check "unknown command: exit 2" test $? -eq 2
 $CTL --help | grep -q "usage: granaryctl"

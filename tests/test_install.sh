@@ -181,6 +181,35 @@ check "reinstall exit 0" test $? -eq 0
 check "reinstall keeps the edited /etc/granary/granary.conf" \
     grep -q '^# edited by the admin$' "$r/etc/granary/granary.conf"
 
+# ---- the LD_PRELOAD shim and the Python package -----------------------------
+check "usr/lib/libgranary_preload.so installed (where its header says)" \
+    test -f "$r/usr/lib/libgranary_preload.so"
+for f in __init__.py _lib.py torch.py; do
+    check "usr/lib/python3/dist-packages/granary/$f installed" \
+        cmp -s "$r/usr/lib/python3/dist-packages/granary/$f" "python/granary/$f"
+done
+# The installed package, from outside the checkout, finds the installed
+# library (not build/) and reports a missing daemon by its socket.
+(cd / && env -u GRANARY_LIB PYTHONPATH="$r/usr/lib/python3/dist-packages" \
+    LD_LIBRARY_PATH="$r/usr/lib" /usr/bin/python3 -c '
+import sys, granary
+from granary.torch import GranaryImageFolder, HintingSampler
+assert granary.__file__.startswith(sys.argv[1]), granary.__file__
+try:
+    granary.Client(sys.argv[2])
+except OSError as e:
+    assert sys.argv[2] in str(e), e
+    print("installed package ok:", granary.library_path)
+' "$r" "$dir/no.sock") > "$dir/py.out" 2>&1
+rc=$?
+sed 's/^/    /' "$dir/py.out"
+check "installed python package imports and uses the installed library" test $rc -eq 0
+grep -q "ok: .*libgranary.so.0" "$dir/py.out"
+check "... libgranary.so.0, not the checkout's build/" test $? -eq 0
+echo 'int main(void) { return 0; }' > "$dir/nop.c" && cc -o "$dir/nop" "$dir/nop.c"
+LD_PRELOAD="$r/usr/lib/libgranary_preload.so" "$dir/nop" 2> "$dir/pre.err"
+check "installed shim loads" test $? -eq 0 -a ! -s "$dir/pre.err"
+
 # ---- PREFIX=/usr/local ---------------------------------------------------
 l=$dir/local
 make --no-print-directory install DESTDIR="$l" > "$dir/make.log" 2>&1
@@ -193,5 +222,9 @@ check "unit in /usr/local/lib/systemd/system runs /usr/local/sbin/granaryd" \
 check "granary.pc in /usr/local/lib/pkgconfig with prefix /usr/local" \
     grep -qx 'prefix=/usr/local' "$l/usr/local/lib/pkgconfig/granary.pc"
 check "man pages in /usr/local/share/man" test -f "$l/usr/local/share/man/man8/granaryd.8"
+pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+check "python package in /usr/local/lib/python$pyver/dist-packages (on Debian's sys.path)" \
+    test -f "$l/usr/local/lib/python$pyver/dist-packages/granary/__init__.py"
+check "shim in /usr/local/lib" test -f "$l/usr/local/lib/libgranary_preload.so"
 
 [ "$fails" -eq 0 ]

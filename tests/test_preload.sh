@@ -2,14 +2,16 @@
 # The LD_PRELOAD shim (build/libgranary_preload.so) against a real granaryd:
 # cat, cmp, Python's open().read() and tar under the shim write exactly what
 # they write without it, and the daemon's bytes_served grows by what they
-# read (the shim really served them); file-offset semantics (lseek, dup,
+# read (the shim really served them): also dd, shell redirects, dup, stdio
+# (sha256sum, md5sum < file, sed, numpy.load), mmap (np.memmap), PIL,
+# torchvision.io.read_image and fio --verify; file-offset semantics (lseek, dup,
 # fork, readv, mmap, sendfile, a descriptor closed behind the shim's back);
 # then the daemon dies mid-read and is stopped, and everything still works
 # from the files (fallthrough).
 cd "$(dirname "$0")/.."
 NAME=preload
 . tests/lib.sh
-PRE=$PWD/build/libgranary_preload.so
+PRE=${PRE:-$PWD/build/libgranary_preload.so}
 PY=/usr/bin/python3
 served() {  # the daemon's bytes_served
     $CTL -s "$dir/sock" stats --json | sed -n 's/.*"bytes_served": *\([0-9]*\).*/\1/p'
@@ -60,6 +62,89 @@ check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.p
 run_both python 5000000 $PY -c \
     'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' "$dir/src/big.bin"
 run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
+# Duplicated and inherited descriptors: dd opens its input and dup2()s it
+# onto 0 (stdin is /dev/null here, so the open gets another number); a
+# shell redirect opens in the shell and the program inherits the
+# descriptor across exec; Python's os.dup is fcntl(F_DUPFD_CLOEXEC) and
+# os.dup2(inheritable=False) is dup3.
+run_both dd 5000000 sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin"
+run_both "shell redirect" 5000000 sh -c 'cat < "$1"' sh "$dir/src/big.bin"
+run_both "redirect to fd 3" 5000000 sh -c 'exec 3< "$1"; cat <&3' sh "$dir/src/big.bin"
+# bash saves whatever holds the number it redirects onto and dup2()s over
+# it: with the shim's socket at the lowest free number (4 here, after the
+# open of the file itself) its forked child used to close the program's
+# descriptor 4 when dropping the parent's connection.
+run_both "bash exec 4<" 5000000 bash -c 'exec 4< "$1"; cat <&4 | cat' bash "$dir/src/big.bin"
+# stdio: sha256sum fopen()s and fread()s; `md5sum < file` reads stdin;
+# sed getline()s; numpy.load reads the header with Python and the array
+# with fread on an fdopen()ed dup of the descriptor.
+head -c 1000000 /dev/urandom | od -An -tx1 > "$dir/src/text.txt"
+text_bytes=$(wc -c < "$dir/src/text.txt")
+run_both sha256sum 5000000 sha256sum "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty"
+run_both "md5sum redirect" 5000000 sh -c 'md5sum < "$1"' sh "$dir/src/big.bin"
+run_both sed "$text_bytes" sed -n 's/ 0a / X /p' "$dir/src/text.txt"
+$PY -c 'import numpy as np, sys; np.random.seed(1); np.save(sys.argv[1], np.random.rand(500000))' \
+    "$dir/src/arr.npy"
+run_both numpy.load 4000000 $PY -c '
+import numpy as np, sys
+a = np.load(sys.argv[1])
+sys.stdout.buffer.write(a.tobytes())
+' "$dir/src/arr.npy"
+run_both np.memmap 5000000 $PY -c '
+import numpy as np, sys
+sys.stdout.buffer.write(np.memmap(sys.argv[1], dtype=np.uint8, mode="r").tobytes())
+' "$dir/src/big.bin"
+# Images (PIL, torchvision) and fio's verify, where installed (deps.sh
+# installs python3-pil, python3-torchvision and fio).
+if $PY -c 'import PIL' 2>/dev/null; then
+    $PY -c '
+import random, sys
+from PIL import Image
+r = random.Random(1)
+Image.frombytes("RGB", (640, 480), r.randbytes(640 * 480 * 3)).save(sys.argv[1], quality=90)
+' "$dir/src/img.jpg"
+    img_bytes=$(wc -c < "$dir/src/img.jpg")
+    run_both PIL "$img_bytes" $PY -c '
+import sys
+from PIL import Image
+sys.stdout.buffer.write(Image.open(sys.argv[1]).tobytes())
+' "$dir/src/img.jpg"
+    if $PY -c 'import torchvision' 2>/dev/null; then
+        run_both torchvision.io.read_image "$img_bytes" $PY -c '
+import sys, torchvision.io
+sys.stdout.buffer.write(torchvision.io.read_image(sys.argv[1]).numpy().tobytes())
+' "$dir/src/img.jpg"
+    else
+        echo "SKIP: torchvision.io.read_image: torchvision not importable (Debian: python3-torchvision)"
+    fi
+else
+    echo "SKIP: PIL, torchvision: PIL not importable (Debian: python3-pil)"
+fi
+if command -v fio > /dev/null; then
+    fio --name=w --filename="$dir/src/fio.dat" --rw=write --bs=64k --size=4m --verify=md5 --verify_state_save=0 \
+        --do_verify=0 --output=/dev/null > /dev/null 2>&1
+    for rw in read randread; do
+        run_both "fio $rw --verify=md5" 4194304 fio --name=r --filename="$dir/src/fio.dat" \
+            --rw=$rw --bs=64k --size=4m --verify=md5 --ioengine=psync --randrepeat=1 \
+            --output-format=terse --terse-version=3 --output="$dir/fio.$rw"
+        check "fio $rw --verify=md5: no verify error" grep -q '^3;[^;]*;r;0;0;' "$dir/fio.$rw"
+    done
+else
+    echo "SKIP: fio: not installed (Debian: fio)"
+fi
+run_both "python dup" 5000000 $PY -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+d = os.dup(fd)
+os.close(fd)
+e = os.dup2(d, 50, inheritable=False)
+os.close(d)
+while True:
+    b = os.read(e, 1 << 20)
+    if not b:
+        break
+    sys.stdout.buffer.write(b)
+' "$dir/src/big.bin"
 b=$(served)
 env LD_PRELOAD="$PRE" GRANARY_CONFIG="$dir/g.conf" GRANARY_SOCKET= GRANARY_PRELOAD_ROOTS= \
     cat "$dir/src/big.bin" | cmp -s - "$dir/src/big.bin"
@@ -185,14 +270,178 @@ def reuse():
         os.close(x)
 
 
+def stdio():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    P, L, I = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for name, res, args in [("fopen", P, [ctypes.c_char_p, ctypes.c_char_p]),
+                            ("fdopen", P, [I, ctypes.c_char_p]),
+                            ("fread", ctypes.c_size_t, [P, ctypes.c_size_t, ctypes.c_size_t, P]),
+                            ("fseek", I, [P, L, I]), ("ftell", L, [P]), ("fgetc", I, [P]),
+                            ("ungetc", I, [I, P]), ("fileno", I, [P]), ("fclose", I, [P]),
+                            ("feof", I, [P]), ("fgets", P, [P, I, P])]:
+        fn = getattr(libc, name)
+        fn.restype, fn.argtypes = res, args
+
+    def fread(fp, n):
+        buf = ctypes.create_string_buffer(n)
+        got = libc.fread(buf, 1, n, fp)
+        return buf.raw[:got]
+
+    fp = libc.fopen(big.encode(), b"rb")
+    assert fp
+    fd = libc.fileno(fp)
+    assert fd >= 0 and os.fstat(fd).st_size == len(data), fd
+    assert fread(fp, 1000) == data[:1000]
+    assert libc.fgetc(fp) == data[1000]
+    assert libc.ungetc(0x41, fp) == 0x41 and libc.fgetc(fp) == 0x41
+    assert libc.ftell(fp) == 1001
+    assert libc.fseek(fp, 3_000_000, os.SEEK_SET) == 0
+    assert fread(fp, 300_000) == data[3_000_000:3_300_000]   # larger than the buffer
+    assert libc.ftell(fp) == 3_300_000
+    assert libc.fseek(fp, -10, os.SEEK_END) == 0
+    assert fread(fp, 100) == data[-10:] and libc.feof(fp)
+    assert libc.fclose(fp) == 0
+    try:
+        os.fstat(fd)                       # fclose closed the descriptor
+        raise AssertionError("descriptor %d still open" % fd)
+    except OSError:
+        pass
+    fp = libc.fopen(os.path.join(src, "small.txt").encode(), b"re")
+    line = ctypes.create_string_buffer(100)
+    assert libc.fgets(line, 100, fp) and line.value == b"hello granary\n"
+    assert not libc.fgets(line, 100, fp) and libc.feof(fp)
+    libc.fclose(fp)
+    assert not libc.fopen(os.path.join(src, "nope").encode(), b"r")
+    assert ctypes.get_errno() == 2         # ENOENT, as glibc's fopen
+    fp = libc.fopen(os.path.join(out, "outside.txt").encode(), b"r")   # not served: glibc's
+    assert fread(fp, 100) == b"outside\n" and libc.fileno(fp) >= 0
+    libc.fclose(fp)
+    fd = os.open(big, os.O_RDONLY)
+    os.lseek(fd, 500, os.SEEK_SET)
+    fp = libc.fdopen(os.dup(fd), b"rb")    # numpy's way: the shared offset
+    assert fread(fp, 1000) == data[500:1500]
+    assert libc.ftell(fp) == 1500
+    libc.fclose(fp)
+    assert os.read(fd, 10) and os.fstat(fd)   # the original is still open
+    os.close(fd)
+
+
+def clobber():
+    """The program takes the shim's socket number over (dup2 onto it, as a
+    shell's `exec N<` does): the shim forgets it, never closes it, and its
+    files fall back; a child after fork keeps the program's descriptor;
+    new opens connect again."""
+    import resource
+    f = open(big, "rb", buffering=0)
+    assert f.read(1000) == data[:1000]
+    socks = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + n).startswith("socket:"):
+                socks.append(int(n))
+        except OSError:                                    # listdir's own descriptor
+            pass
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert len(socks) == 1 and socks[0] >= min(512, soft // 2), socks   # kept high
+    s = socks[0]
+    outside = os.open(os.path.join(out, "outside.txt"), os.O_RDONLY)
+    os.dup2(outside, s)
+    assert f.read(2000) == data[1000:3000]                # falls back, still right
+    pid = os.fork()
+    if pid == 0:
+        ok = os.pread(s, 100, 0) == b"outside\n"          # not closed by the child's reset
+        with open(os.path.join(src, "small.txt"), "rb") as g:
+            ok = ok and g.read() == b"hello granary\n"
+        ok = ok and os.pread(s, 100, 0) == b"outside\n"
+        os._exit(0 if ok else 1)
+    _, st = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(st) == 0, "child failed"
+    with open(os.path.join(src, "small.txt"), "rb") as g:    # a new connection
+        assert g.read() == b"hello granary\n"
+    os.close(s)                                            # closing it is the program's business
+    assert f.read() == data[3000:]
+    assert os.pread(outside, 100, 0) == b"outside\n"
+    f.close()
+
+
+def mmap_served():
+    """Read-only mmaps of a served file are the daemon's pages (the arena's
+    memfd in /proc/self/maps, not a copy); the tail past the end of the file
+    reads as zeros; munmap gives the leases back."""
+    import ctypes, mmap
+    import numpy as np
+    sock = os.environ["GRANARY_SOCKET"]
+
+    def where(buf):
+        addr = np.frombuffer(buf, dtype=np.uint8).ctypes.data
+        for line in open("/proc/self/maps"):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return line.split()[5:] and line.split()[5] or "anon"
+        return "?"
+
+    def leases():
+        import json, subprocess
+        out = subprocess.run(["build/granaryctl", "-s", sock, "stats", "--json"],
+                             capture_output=True, check=True,
+                             env=dict(os.environ, LD_PRELOAD="")).stdout
+        return json.loads(out)["leases_active"]
+
+    for flags in (mmap.MAP_SHARED, mmap.MAP_PRIVATE):
+        with open(big, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+        assert len(m) == len(data) and m[:] == data          # the descriptor is closed
+        assert "granary-arena" in where(m), where(m)
+        held = leases()
+        m.close()
+        assert held >= 5 and leases() <= held - 5, (held, leases())   # its 5 chunks given back
+        with open(big, "rb") as f:                            # an offset, a length
+            m = mmap.mmap(f.fileno(), 3 * 65536, flags=flags, prot=mmap.PROT_READ,
+                          offset=16 * 65536)
+            assert m[:] == data[16 * 65536:19 * 65536]
+            m.close()
+    tail = os.path.join(src, "tree", "f1")                    # 37000 bytes: a partial page
+    tdata = open(tail, "rb").read()
+    fd = os.open(tail, os.O_RDONLY)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    n = (len(tdata) + 4095) // 4096 * 4096
+    p = libc.mmap(None, n, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    assert p and p != ctypes.c_void_p(-1).value
+    got = ctypes.string_at(p, n)
+    assert got[:len(tdata)] == tdata and got[len(tdata):] == bytes(n - len(tdata)), "tail"
+    assert libc.munmap(p, n) == 0
+    os.close(fd)
+    arr = np.memmap(big, dtype=np.uint8, mode="r")
+    assert arr.tobytes() == data
+    del arr
+    # Writable or executable mappings are the file's own.
+    with open(big, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                      prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        assert "granary-arena" not in where(m)
+        m[0:3] = b"abc"                                       # copy on write, as ever
+        assert m[3:100] == data[3:100]
+        m.close()
+    assert open(big, "rb").read(3) == data[:3]
+
+
 globals()[test]()
 PY
-for t in offsets fork threads mmap_sendfile reuse; do
-    pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
+for t in offsets fork threads mmap_sendfile reuse clobber mmap_served stdio; do
+    b=$(served)
+    lc=                                 # mmap_served counts leases: none kept by the lease cache
+    [ $t = mmap_served ] && lc=0
+    GRANARY_LEASE_CACHE=$lc pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"
     check "semantics under the shim: $t" test $rc -eq 0
 done
+check "stdio streams were served (bytes_served +3000000)" grew "$b" 3000000
 
 # --- the daemon goes away ---------------------------------------------------------
 cat > "$dir/die.py" <<PY
@@ -223,8 +472,11 @@ check "daemon stopped cleanly" test $? -eq 0
 pid=
 check "daemon gone" test ! -e "$dir/sock"
 
-for name in cat "cmp same" "cmp differ" tar; do
+for name in cat "cmp same" "cmp differ" tar sha256sum "md5sum redirect" dd; do
     case $name in
+    sha256sum) set -- sha256sum "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty" ;;
+    "md5sum redirect") set -- sh -c 'md5sum < "$1"' sh "$dir/src/big.bin" ;;
+    dd) set -- sh -c 'dd if="$1" bs=1M status=none < /dev/null' sh "$dir/src/big.bin" ;;
     cat) set -- cat "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty" ;;
     "cmp same") set -- cmp "$dir/src/big.bin" "$dir/out/big.copy" ;;
     "cmp differ") set -- cmp "$dir/src/big.bin" "$dir/src/diff.bin" ;;
@@ -238,7 +490,7 @@ pre $PY -c 'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())'
     "$dir/src/big.bin" > "$dir/down.out" 2>&1
 echo "exit $?" >> "$dir/down.out"
 check "no daemon: python still identical" cmp -s "$dir/python.plain" "$dir/down.out"
-for t in offsets fork threads mmap_sendfile reuse; do
+for t in offsets fork threads mmap_sendfile reuse stdio; do
     pre $PY "$dir/sem.py" $t "$dir/src" "$dir/out" > "$dir/sem.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && sed 's/^/    /' "$dir/sem.log"

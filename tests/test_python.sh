@@ -4,10 +4,15 @@
 # own files, read_range, stats, errors, fork safety, the Dataset) and
 # python/tests/test_hints.py (Client.hint reaching the daemon, HintingSampler
 # sending each epoch's order, a 4-worker DataLoader over the cache yielding
-# exactly the dataset); the DataLoader tests only where torch is installed
-# (make test's deps.sh installs python3-torch), with a SKIP line otherwise;
-# python/tests/test_fs.py (granary.fs: walk, stat, scandir, listdir from a
-# registered dataset's manifest, against os's answers for the same tree).
+# exactly the dataset), python/tests/test_vision.py (GranaryImageFolder
+# against torchvision's ImageFolder: attributes, the same tensors and labels
+# through a 2-worker DataLoader, read through the daemon; HintingSampler
+# hinting a torchvision ImageFolder every epoch and warning, never raising,
+# over datasets it cannot hint) and python/tests/test_fs.py (granary.fs:
+# walk, stat, scandir, listdir from a registered dataset's manifest, against
+# os's answers for the same tree); the DataLoader tests only where torch is
+# installed (make test's deps.sh installs python3-torch), with a SKIP line
+# otherwise.
 # Then the example training loop for a few samples.  Python is Debian's,
 # /usr/bin/python3.
 cd "$(dirname "$0")/.."
@@ -19,7 +24,7 @@ mkdir -p "$dir/src" "$dir/src/example"
 write_conf
 start_daemon
 
-for suite in test_client test_hints test_fs; do
+for suite in test_client test_hints test_vision test_fs; do
     GRANARY_SOCKET="$dir/sock" GRANARY_TEST_ROOT="$dir/src" PYTHONPATH=python \
         timeout 60 $PY python/tests/$suite.py -v > "$dir/$suite.log" 2>&1
     rc=$?

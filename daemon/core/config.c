@@ -69,8 +69,8 @@ static const char *const huge_pages_modes[] = { "auto", "hugetlb", "thp", "off",
 
 /* Eviction policies each tier implements.  Add a name here when a tier
  * learns a new one; the parser, describe and dump follow. */
-static const char *const dram_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", NULL };
-static const char *const nvme_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", NULL };
+static const char *const dram_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", "auto", NULL };
+static const char *const nvme_policies[] = { "lru", "lfu", "sieve", "s3fifo", "epoch", "auto", NULL };
 
 #define FIELD(f) offsetof(gr_config, f), sizeof(((gr_config *)0)->f)
 
@@ -125,7 +125,8 @@ static const config_key config_keys[] = {
       "auto", "pages of the shared memory: auto (hugetlb where vm.nr_hugepages has them, else "
       "shmem transparent huge pages where allowed, else 4 KiB), hugetlb, thp, off", CONFIG_RESTART },
     { "dram", "policy", KT_CHOICE, 0, FIELD(dram_policy), 0, 0, dram_policies,
-      "lru", "eviction policy of the DRAM tier", CONFIG_HOOK_DRAM_POLICY },
+      "lru", "eviction policy of the DRAM tier; auto: chosen from the jobs' IO-pattern analysis "
+      "(starts as lru)", CONFIG_HOOK_DRAM_POLICY },
     { "dram", "max_leased_per_client", KT_SIZE, 0, FIELD(dram_max_leased), 0, UINT64_MAX, NULL,
       "256M", "shared-memory bytes one client may hold leased; past it, bytes are copied", CONFIG_LIVE },
     { "dram", "client_lease_cache", KT_SIZE, 0, FIELD(dram_client_lease_cache), 0, UINT64_MAX, NULL,
@@ -138,7 +139,8 @@ static const config_key config_keys[] = {
     { "nvme", "capacity", KT_SIZE, 0, FIELD(nvme_capacity), 0, UINT64_MAX, NULL,
       "10G", "disk space the NVMe tier may use (at least 16M when enabled)", CONFIG_RESTART },
     { "nvme", "policy", KT_CHOICE, 0, FIELD(nvme_policy), 0, 0, nvme_policies,
-      "lru", "eviction policy of the NVMe tier", CONFIG_HOOK_NVME_POLICY },
+      "lru", "eviction policy of the NVMe tier; auto: chosen from the jobs' IO-pattern analysis "
+      "(starts as lru)", CONFIG_HOOK_NVME_POLICY },
     { "nvme", "inline_max", KT_SIZE, 0, FIELD(nvme_inline_max), 0, MIB, NULL,
       "64K", "chunks up to this size are stored inside RocksDB", CONFIG_RESTART },
     { "dataset", "max_entries", KT_INT, 0, FIELD(dataset_max_entries), 16, 1 << 30, NULL,

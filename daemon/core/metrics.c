@@ -43,12 +43,20 @@ struct metrics {
     struct evhttp *http;        /* owns the listening socket and scrapes */
     metrics_snapshot_fn snap;
     void *arg;
+    metrics_extra_fn extra;
+    void *extra_arg;
     char addr[SUN_PATH_MAX + 16];       /* metrics_address() */
     gr__listener lis;           /* unix: the socket file we made (its fd is evhttp's) */
 };
 
 
 /* ---- rendering ---------------------------------------------------------- */
+
+void metrics_set_extra(metrics *m, metrics_extra_fn fn, void *arg)
+{
+    m->extra = fn;
+    m->extra_arg = arg;
+}
 
 static int ends_with(const char *s, const char *sfx)
 {
@@ -238,7 +246,7 @@ static void metrics_request(struct evhttp_request *req, void *arg)
     }
     memset(&st, 0, sizeof(st));
     m->snap(m->arg, &st);
-    if (metrics_render(&st, body) < 0) {
+    if (metrics_render(&st, body) < 0 || (m->extra && m->extra(m->extra_arg, body) < 0)) {
         evbuffer_free(body);
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;

@@ -8,7 +8,8 @@
  * table's description) and # TYPE.  Beside them: per-tier series
  * (granary_tier_*{tier="dram"|"nvme"}) derived from the tier fields, and
  * the request latency histograms of stats.h as
- * granary_request_duration_seconds{op=...}.  Text format 0.0.4.
+ * granary_request_duration_seconds{op=...}; then what metrics_set_extra
+ * adds (granary_job_*{job=...}, see server.h).  Text format 0.0.4.
  *
  * Threads: the loop thread only (the snapshot callback runs there too).
  */
@@ -41,6 +42,12 @@ typedef void (*metrics_snapshot_fn)(void *arg, gr_stats *out);
  */
 int metrics_start(struct event_base *base, const char *spec, metrics_snapshot_fn snap,
                   void *arg, metrics **out, char *err, size_t errlen);
+
+/* More of the page after the table's families: fn(arg, out) appends its
+ * own (the per-job analysis series); 0, or -1 (the scrape then fails with
+ * 500).  arg is borrowed and must outlive the endpoint.  fn NULL: none. */
+typedef int (*metrics_extra_fn)(void *arg, struct evbuffer *out);
+void metrics_set_extra(metrics *m, metrics_extra_fn fn, void *arg);
 
 /* The bound address: "127.0.0.1:9464", "[::1]:9464" or "unix:/path".
  * Owned by m, valid until metrics_stop. */

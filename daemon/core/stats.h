@@ -42,6 +42,7 @@
     X(counter, leases_granted,       "leases given to clients") \
     X(counter, lease_errors,         "releases of leases a client did not hold") \
     X(counter, evictions_nvme,       "chunks evicted from the NVMe tier") \
+    X(counter, policy_switches,      "tier policy changes made by policy = auto (each one logged with its reason)") \
     X(counter, prefetch_issued,      "chunk fetches started ahead of demand (read-ahead, hints)") \
     X(counter, prefetch_used,        "prefetched chunks a client then asked for") \
     X(counter, prefetch_wasted,      "prefetched chunks evicted before anyone asked for them") \

@@ -42,6 +42,7 @@
 #define MF_ENT        72
 #define MF_KIND_DIR   1
 #define MF_KIND_FILE  2
+#define MF_KIND_OTHER 3             /* a symbolic link or special file: named, never served */
 #define MF_FLAG_UNLISTED 0x1
 #define MF_MAX_NAME   255               /* NAME_MAX: a longer name is not a Linux name */
 
@@ -104,14 +105,15 @@ static int check_structure(const manifest *m)
 
         if ((i == 0) != (parent == MF_NONE) || (i > 0 && parent >= i))
             return -1;
-        if ((kind != MF_KIND_DIR && kind != MF_KIND_FILE) || (e[19] & ~MF_FLAG_UNLISTED) ||
+        if ((kind != MF_KIND_DIR && kind != MF_KIND_FILE && kind != MF_KIND_OTHER) ||
+            (e[19] & ~MF_FLAG_UNLISTED) ||
             (e[19] && (kind != MF_KIND_DIR || nch)))
             return -1;
         if (noff > m->names_len || nlen > m->names_len - noff || nlen > MF_MAX_NAME)
             return -1;
         if ((i == 0) != (nlen == 0) || acl > m->nacl)
             return -1;
-        if (kind == MF_KIND_FILE && nch != 0)
+        if (kind != MF_KIND_DIR && nch != 0)
             return -1;
         if (nch && (first <= i || first > m->n || nch > m->n - first))
             return -1;
@@ -254,6 +256,7 @@ void mf_get(const manifest *m, uint32_t idx, mf_entry *out)
     out->name = (const char *)m->names + get32(e + 12);
     out->name_len = get16(e + 16);
     out->is_dir = e[18] == MF_KIND_DIR;
+    out->is_other = e[18] == MF_KIND_OTHER;
     out->unlisted = (e[19] & MF_FLAG_UNLISTED) != 0;
     out->st.st_mode = (mode_t)get32(e + 20);
     out->st.st_uid = (uid_t)get32(e + 24);
@@ -480,7 +483,7 @@ static int64_t add_node(mf_builder *b, int64_t parent, const char *name, size_t 
         b->acl_bytes += acl_len;
         n->acl = (uint32_t)++b->nacl;
     }
-    if (!n->is_dir)
+    if (S_ISREG(st->st_mode))
         b->files++;
     return (int64_t)b->n++;
 }
@@ -524,7 +527,7 @@ int64_t mf_build_add(mf_builder *b, int64_t dir, const char *name, const struct 
     size_t len = strlen(name);
 
     if (b->nchain != b->depth || dir < 0 || (size_t)dir >= b->n || !b->nodes[dir].is_dir ||
-        len == 0 || (!S_ISDIR(st->st_mode) && !S_ISREG(st->st_mode)))
+        len == 0)
         return -EINVAL;
     return add_node(b, dir, name, len, st, acl, acl_len);
 }
@@ -629,7 +632,7 @@ int mf_build_write(mf_builder *b, const char *path, char *err, size_t errlen)
         put32(e + 8, nch);
         put32(e + 12, v->name_off);
         put16(e + 16, (uint16_t)v->name_len);
-        e[18] = v->is_dir ? MF_KIND_DIR : MF_KIND_FILE;
+        e[18] = v->is_dir ? MF_KIND_DIR : S_ISREG(v->mode) ? MF_KIND_FILE : MF_KIND_OTHER;
         e[19] = v->unlisted ? MF_FLAG_UNLISTED : 0;
         put32(e + 20, v->mode);
         put32(e + 24, v->uid);

@@ -4,9 +4,10 @@
  * small files without asking the file system's metadata server.
  *
  * A manifest is a snapshot of one directory tree under a source root, taken
- * by a scan: every directory and regular file below it (symbolic links and
- * other kinds are left out, as the daemon never serves them), with its
- * attributes and POSIX ACL, and the directories from "/" down to the
+ * by a scan: every entry below it with its attributes (symbolic links and
+ * special files by name, kind and lstat only: the daemon never serves
+ * them, and their presence keeps a lookup through or of them from being
+ * answered "not there"), with the POSIX ACL of files and directories, and the directories from "/" down to the
  * dataset's top (for judging search permission on the whole path).  It is
  * written once, to a temporary name, fsynced, and renamed into place, so a
  * crash leaves the old manifest or the new one; it is read with mmap after
@@ -45,6 +46,7 @@ typedef struct mf_entry {
     const char *name;               /* not NUL-terminated ("" for "/") */
     uint32_t name_len;
     int is_dir;
+    int is_other;                   /* a symbolic link or special file (its lstat; no ACL) */
     int unlisted;                   /* a directory the scan could not list (its contents unknown) */
     struct stat st;                 /* mode, uid, gid, nlink, size, ino, mtime, dev, blksize */
     const uint8_t *acl;             /* system.posix_acl_access, or NULL */

@@ -7,6 +7,7 @@
  * for a dead connection only drop their references.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,30 @@ void conn_unref(conn **cp)
     free(c);
 }
 
+/* The process group of pid, from /proc (readable for any process), or
+ * -pid when it cannot be read: the connection is then a job of its own. */
+static int32_t peer_pgid(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    int fd, pgid;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -(int32_t)pid;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -(int32_t)pid;
+    buf[n] = '\0';
+    /* pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %d", &pgid) != 1)
+        return -(int32_t)pid;
+    return pgid;
+}
+
 conn *conn_new(server *s, int fd, const peer_cred *cred, int is_admin)
 {
     int sndbuf = SNDBUF_WANT;
@@ -72,6 +97,7 @@ conn *conn_new(server *s, int fd, const peer_cred *cred, int is_admin)
         return NULL;
     }
     c->reading = 1;
+    c->job = analysis_attach(s->an, (uint32_t)cred->uid, peer_pgid(cred->pid), gr__now_ns());
     gr__list_push_front(&s->conns, &c->link);
     s->nconns++;
     s->d.stats->connections = s->nconns;
@@ -402,6 +428,7 @@ void conn_close(conn *c)
     if (c->dead)
         return;
     c->dead = 1;
+    analysis_detach(s->an, c->job);
     log_debug("client %u (pid %d uid %u) disconnected", c->id, (int)c->cred.pid,
               (unsigned)c->cred.uid);
     event_free(c->ev);

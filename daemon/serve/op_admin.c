@@ -1,7 +1,7 @@
 /*
  * op_admin.c - ADMIN: the operator's commands (evict, invalidate, pin,
- * unpin, warmup and its status and cancel, health, config), with typed
- * records both ways (proto.h; the names are in PROTOCOL.md).
+ * unpin, warmup and its status and cancel, health, config, analyze), with
+ * typed records both ways (proto.h; the names are in PROTOCOL.md).
  *
  * A path command finds the file, or every file below a directory, and
  * their identities on an I/O thread (phase 0); acts on them in DRAM on the
@@ -17,13 +17,14 @@
 #include "serve_int.h"
 
 #define ADMIN_MAX_FILES (1u << 22)      /* files one command may cover */
+#define ANALYZE_MAX_INFLIGHT 4          /* ANALYZE requests being built, daemon-wide */
 
 /* Which commands are for root and [daemon] admin_group only. */
 static int admin_only(uint8_t cmd)
 {
     return cmd != PROTO_ADMIN_HEALTH && cmd != PROTO_ADMIN_CONFIG &&
            cmd != PROTO_ADMIN_WARMUP_STATUS && cmd != PROTO_ADMIN_DATASET_LIST &&
-           cmd != PROTO_ADMIN_CKPT_LIST;
+           cmd != PROTO_ADMIN_ANALYZE && cmd != PROTO_ADMIN_CKPT_LIST;
 }
 
 /* An ADMIN path command or HEALTH in flight. */
@@ -130,7 +131,8 @@ static int parse_args(const proto_msg *m, admin_args *a, char *err, size_t errle
                 a->path_len = r.len;
             }
             a->npaths++;
-        } else if ((is_warmup || cmd == PROTO_ADMIN_WARMUP_CANCEL) && proto_rec_is(&r, "job") &&
+        } else if ((is_warmup || cmd == PROTO_ADMIN_WARMUP_CANCEL || cmd == PROTO_ADMIN_ANALYZE) &&
+                   proto_rec_is(&r, "job") &&
                    r.kind == PROTO_REC_U64 && !a->has_job) {
             a->has_job = 1;
             a->job = r.u64;
@@ -381,6 +383,188 @@ static int status_put(void *arg, const warmup_info *j)
     return rb->rc;
 }
 
+/* ---- analyze ---- */
+
+/* ANALYZE in flight: copies of the jobs' records, reported on an I/O
+ * thread (replaying each record through the policies takes milliseconds). */
+typedef struct anreq {
+    wq_job job;
+    conn *c;
+    uint32_t req_id;
+    an_caps caps;
+    size_t n;
+    an_job *jobs;
+    an_report *reps;
+    int rc;
+} anreq;
+
+static void analyze_run(wq_job *j)
+{
+    anreq *q = (anreq *)j;
+
+    for (size_t i = 0; i < q->n && q->rc == 0; i++)
+        q->rc = analysis_report(&q->jobs[i], &q->caps, &q->reps[i]);
+}
+
+static uint64_t bp(double share)        /* basis points, 0..10000 */
+{
+    return share <= 0 ? 0 : share >= 1 ? 10000 : (uint64_t)(share * 10000 + 0.5);
+}
+
+static void rb_cstr(recbuf *rb, const char *name, const char *s)
+{
+    rb_str(rb, name, s, strlen(s));
+}
+
+/* One job's records, "job" first (PROTOCOL.md lists them). */
+static void analyze_put(recbuf *rb, const an_job *j, const an_report *r)
+{
+    rb_u64(rb, "job", j->id);
+    rb_u64(rb, "uid", j->uid);
+    rb_u64(rb, "pgid", (uint64_t)(int64_t)j->pgid);
+    rb_u64(rb, "conns", j->conns);
+    rb_cstr(rb, "class", an_class_name(r->cls));
+    rb_u64(rb, "stable", (uint64_t)r->stable);
+    rb_u64(rb, "switches", j->switches);
+    rb_u64(rb, "requests", j->requests);
+    rb_u64(rb, "bytes", j->bytes);
+    rb_u64(rb, "seconds", (j->last_ns - j->first_ns) / 1000000000ull);
+    rb_u64(rb, "seq_bp", bp(r->share[AN_V_SEQ]));
+    rb_u64(rb, "stride_bp", bp(r->share[AN_V_STRIDE]));
+    rb_u64(rb, "whole_bp", bp(r->share[AN_V_WHOLE]));
+    rb_u64(rb, "random_bp", bp(r->share[AN_V_RAND]));
+    rb_u64(rb, "hot_bp", bp(r->hot));
+    rb_u64(rb, "reuse_bp", bp(r->reuse_share));
+    rb_cstr(rb, "order", r->order);
+    rb_u64(rb, "req_p50", r->req_p50);
+    rb_u64(rb, "req_p90", r->req_p90);
+    rb_u64(rb, "files", j->files_seen);
+    rb_u64(rb, "file_p50", r->file_p50);
+    rb_u64(rb, "file_p90", r->file_p90);
+    rb_u64(rb, "small_files_bp", bp(r->small_file_share));
+    rb_u64(rb, "gap_p50_us", r->gap_p50_ns / 1000);
+    rb_u64(rb, "gap_p99_us", r->gap_p99_ns / 1000);
+    rb_u64(rb, "idle_bp", bp(r->idle_share));
+    rb_u64(rb, "waits", j->wait_ns.n);
+    rb_u64(rb, "wait_p50_us", r->wait_p50_ns / 1000);
+    rb_u64(rb, "wait_p90_us", r->wait_p90_ns / 1000);
+    rb_u64(rb, "wait_p99_us", r->wait_p99_ns / 1000);
+    rb_u64(rb, "reuse_p50_bytes", r->reuse_p50_bytes);
+    rb_u64(rb, "reuse_p90_bytes", r->reuse_p90_bytes);
+    rb_u64(rb, "distinct_bytes", r->distinct_bytes);
+    rb_u64(rb, "samples", r->samples);
+    rb_u64(rb, "sample_ppm", (uint64_t)(r->rate * 1e6 + 0.5));
+    rb_u64(rb, "hinted", j->hinted);
+    for (int t = 0; t < r->ntiers; t++) {
+        const an_tier_sim *ts = &r->tiers[t];
+        if (ts->hit[0] < 0)
+            continue;
+        rb_cstr(rb, "tier", ts->tier);
+        rb_u64(rb, "capacity", ts->capacity);
+        for (int row = 0; row < AN_SIM_ROWS; row++) {
+            char name[32];
+            snprintf(name, sizeof(name), "hit_%s_bp", an_row_name(row));
+            rb_u64(rb, name, bp(ts->hit[row]));
+        }
+        rb_cstr(rb, "best", an_row_name(ts->best));
+    }
+    for (int i = 0; i < r->nrecs; i++)
+        rb_cstr(rb, "rec", r->recs[i]);
+}
+
+static void analyze_done(wq_job *j)
+{
+    anreq *q = (anreq *)j;
+    conn *c = q->c;
+    recbuf rb;
+
+    c->srv->analyze_inflight--;
+    if (c->dead)
+        goto out;
+    if (q->rc < 0) {
+        reply_error(c, PROTO_OP_ADMIN, q->req_id, q->rc, NULL);
+        goto out;
+    }
+    if (rb_init(&rb, c, PROTO_MAX_BODY) == 0) {
+        rb_u64(&rb, "jobs", q->n);
+        for (size_t i = 0; i < q->n; i++) {
+            /* a job takes at most ~5 KiB; the rest are counted, not sent */
+            if (rb.cap - rb.off < 8192) {
+                rb_u64(&rb, "omitted", q->n - i);
+                break;
+            }
+            analyze_put(&rb, &q->jobs[i], &q->reps[i]);
+        }
+        rb_send(&rb, c, q->req_id);
+    }
+out:
+    c->inflight--;
+    if (!c->dead)
+        conn_update_events(c);
+    free(q->jobs);
+    free(q->reps);
+    conn_unref(&q->c);
+    free(q);
+}
+
+/* Whether the caller may see job j and asked for it.  Anyone may ask;
+ * only root and the admin group see other uids' jobs. */
+static int analyze_wants(const conn *c, const an_job *j, uint64_t jobid)
+{
+    if (!j || (jobid && j->id != jobid) || (!c->is_admin && j->uid != (uint32_t)c->cred.uid))
+        return 0;
+    return jobid || j->requests > 0;    /* (granaryctl's own connection, for one) */
+}
+
+void admin_analyze(conn *c, uint32_t req_id, uint64_t jobid)
+{
+    server *s = c->srv;
+    const gr_config *cfg = s->d.cfg;
+    size_t want = 0;
+    anreq *q;
+
+    /* Each one copies up to AN_MAX_JOBS records (about 5 MiB) and replays
+     * them: a few at a time for the whole daemon, whoever asks. */
+    if (s->analyze_inflight >= ANALYZE_MAX_INFLIGHT) {
+        reply_error(c, PROTO_OP_ADMIN, req_id, -EBUSY,
+                    "analyses are running already; ask again when they end");
+        return;
+    }
+    for (unsigned i = 0; i < AN_MAX_JOBS; i++)
+        want += analyze_wants(c, analysis_job(s->an, i), jobid);
+    if (jobid && want == 0) {
+        reply_error(c, PROTO_OP_ADMIN, req_id, -ENOENT, "no such job (or not one of yours)");
+        return;
+    }
+    q = calloc(1, sizeof(*q));
+    if (!q || !(q->jobs = malloc((want + 1) * sizeof(an_job))) ||
+        !(q->reps = calloc(want + 1, sizeof(an_report)))) {
+        if (q)
+            free(q->jobs);
+        free(q);
+        reply_error(c, PROTO_OP_ADMIN, req_id, -ENOMEM, NULL);
+        return;
+    }
+    for (unsigned i = 0; i < AN_MAX_JOBS && q->n < want; i++) {
+        const an_job *j = analysis_job(s->an, i);
+        if (analyze_wants(c, j, jobid))
+            q->jobs[q->n++] = *j;
+    }
+    s->analyze_inflight++;
+    q->caps.dram_capacity = cfg->dram_capacity;
+    q->caps.nvme_capacity = s->d.nvme ? cfg->nvme_capacity : 0;
+    q->caps.chunk_size = cfg->chunk_size;
+    /* the tiers' policies now (with policy = auto, what it chose) */
+    q->caps.dram_policy = (int)dram_policy_kind(s->d.dram);
+    q->caps.nvme_policy = s->d.nvme ? nvme_policy_kind(s->d.nvme) : -1;
+    q->job.run = analyze_run;
+    q->job.done = analyze_done;
+    q->c = conn_ref(c);
+    q->req_id = req_id;
+    c->inflight++;
+    workers_submit(s->d.w, &q->job, WQ_DEMAND);
+}
+
 /* ---- datasets ---- */
 
 /* DATASET_ADD: "path" (a directory under a root), "stamp" (a file under a
@@ -460,10 +644,6 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
 
     (void)fds;
     (void)nfds;
-    if (cmd > PROTO_ADMIN_DATASET_RESCAN && cmd != PROTO_ADMIN_CKPT_LIST) {
-        reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EOPNOTSUPP, "ADMIN command not supported");
-        return;
-    }
     if (cmd == PROTO_ADMIN_CKPT_LIST) {    /* its own arguments */
         op_ckpt_list(c, m);
         return;
@@ -504,6 +684,9 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
         return;
     case PROTO_ADMIN_WARMUP:
         admin_warmup(c, m, &args);
+        return;
+    case PROTO_ADMIN_ANALYZE:
+        admin_analyze(c, m->h.req_id, args.has_job ? args.job : 0);
         return;
     case PROTO_ADMIN_DATASET_ADD:
         admin_dataset_add(c, m, &args);

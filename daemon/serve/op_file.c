@@ -265,6 +265,8 @@ static int open_manifest(conn *c, uint32_t req_id, int proof, char **norm, int r
         snprintf(err, sizeof(err), "is a directory");
         rc = -EISDIR;
     }
+    if (rc == 0 && h->e.is_other)
+        rc = -ENODATA;          /* a link: the file system resolves it (or refuses it) */
     if (rc == 0 && judged)
         rc = meta_judge(c, h->m, h->chain, h->depth, 4, err, sizeof(err));
     if (rc == -ENODATA || (rc < 0 && !judged)) {

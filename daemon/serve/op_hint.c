@@ -39,6 +39,7 @@ void op_hint(conn *c, const proto_msg *m, int *fds, int nfds)
 
     (void)fds;
     (void)nfds;
+    analysis_hinted(c->srv->an, c->job);
     if (!c->hints) {
         access_cred cred = { .uid = c->cred.uid, .gid = c->cred.gid, .ngroups = c->cred.ngroups };
         if (cred.ngroups > 0)

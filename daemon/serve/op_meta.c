@@ -19,6 +19,7 @@
  * may search every directory down to where it stops (else -EACCES, so an
  * unsearchable directory's contents are not revealed).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,11 @@ void op_stat(conn *c, const proto_msg *m, int *fds, int nfds)
         return;
     rc = meta_lookup(c, norm, &h, err, sizeof(err));
     free(norm);
+    if (rc == 0 && h.e.is_other) {
+        /* stat follows a link the manifest does not: the file system says */
+        snprintf(err, sizeof(err), "a symbolic link or special file: ask the file system");
+        rc = -ENODATA;
+    }
     if (rc == 0)
         rc = meta_judge(c, h.m, h.chain, h.depth, 0, err, sizeof(err));
     if (rc < 0) {
@@ -234,7 +240,8 @@ void op_readdir(conn *c, const proto_msg *m, int *fds, int nfds)
         if (body + PROTO_DIRENT_SIZE(e.name_len, plus) > PROTO_MAX_BODY)
             break;
         body += PROTO_DIRENT_SIZE(e.name_len, plus);
-        ents[n].type = e.is_dir ? PROTO_DIRENT_DIR : PROTO_DIRENT_REG;
+        ents[n].type = e.is_dir ? PROTO_DIRENT_DIR : !e.is_other ? PROTO_DIRENT_REG
+                                                  : (uint8_t)IFTODT(e.st.st_mode);
         ents[n].name = e.name;
         ents[n].name_len = e.name_len;
         if (plus)

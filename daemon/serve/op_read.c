@@ -187,8 +187,11 @@ static void read_finish(readreq *r)
     c->inflight--;
     c->inflight_bytes -= r->budget;
     if (r->stalled) {
+        uint64_t wait = gr__now_ns() - r->t0;
         c->srv->d.stats->stalled_reads++;
-        c->srv->d.stats->stall_microseconds += (gr__now_ns() - r->t0) / 1000;
+        c->srv->d.stats->stall_microseconds += wait / 1000;
+        if (!c->dead)
+            analysis_wait(c->srv->an, c->job, wait);
     }
     if (c->dead)
         ;
@@ -319,6 +322,11 @@ void read_start(conn *c, srcfile *f, uint64_t off, uint64_t len, const read_args
                     &r->slots[i]);
     }
     r->stalled = r->waiting > 1;        /* some chunk was not in DRAM */
+    {
+        uint64_t fkey;
+        memcpy(&fkey, f->id, sizeof(fkey));     /* the identity is a hash already */
+        analysis_read(c->srv->an, c->job, fkey, size, (uint32_t)cs, off, len, a->whole, t0);
+    }
     /* Whole-chunk readers come back only at the next chunk: read-ahead
      * sees the chunks they now hold, not the bytes they asked for. */
     if (a->ra) {

@@ -27,6 +27,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "analysis.h"
 #include "proto.h"
 #include "server.h"
 #include "list.h"
@@ -89,6 +90,7 @@ struct conn {
     uint64_t leased_bytes;      /* arena bytes of the chunks leased */
     uint32_t *segs_sent;        /* per arena segment: the generation whose fd was sent, 0 none */
     int gpu_logged;             /* its GPU path was logged (first REPORT with gpu_clients) */
+    an_ref job;                 /* its job (uid, process group) in srv->an */
     outmsg *outq, *outq_tail;
     size_t outq_bytes;
     gr__list link;              /* srv->conns */
@@ -101,6 +103,16 @@ struct server {
     gr__list conns;             /* every live connection */
     unsigned nconns, next_id;
     gid_t admin_gid;            /* [daemon] admin_group, or (gid_t)-1 */
+    analysis *an;               /* how each job reads (analysis.h) */
+    unsigned analyze_inflight;  /* ANALYZE replies being built (op_admin.c) */
+    /* policy = auto (auto.c) */
+    struct event *auto_ev;      /* the tick */
+    int auto_busy, auto_stopped;        /* a replay in flight; stopped */
+    uint32_t auto_job;          /* what was decided on last: the job, its verdict, when */
+    an_class auto_verdict;
+    uint64_t auto_decided_req;  /* the job's requests then */
+    uint32_t auto_last_id[AN_MAX_JOBS]; /* per slot: the job and its requests at the last tick */
+    uint64_t auto_last_req[AN_MAX_JOBS];
     uint8_t rbuf[PROTO_MAX_MSG + 1];    /* one past the maximum, to see oversize */
 };
 
@@ -179,6 +191,14 @@ void read_start(conn *c, srcfile *f, uint64_t off, uint64_t len, const read_args
  * attributes and the status, no bytes. */
 void openx_reply_status(conn *c, uint32_t req_id, const proto_attr *a, int err);
 
+/* ---- auto.c: policy = auto ---- */
+
+/* Start the controller's tick (it acts only for tiers whose policy is
+ * auto, read at each tick: SIGHUP may change it).  0 or -ENOMEM. */
+int auto_start(server *s);
+/* Stop the tick; a replay in flight finishes into the void.  Idempotent. */
+void auto_stop(server *s);
+
 /* ---- dispatch.c ---- */
 
 /*
@@ -239,5 +259,9 @@ int meta_judge(const conn *c, const manifest *m, const uint32_t *chain, size_t d
                char *err, size_t errlen);
 /* st as the attributes of a reply (handle 0). */
 void meta_fill_attr(const conn *c, const struct stat *st, proto_attr *a);
+
+/* ADMIN ANALYZE (op_analyze.c): the jobs' reports, built on an I/O thread.
+ * job: 0 for every job the caller may see. */
+void admin_analyze(conn *c, uint32_t req_id, uint64_t job);
 
 #endif

@@ -141,6 +141,10 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         return -ENOMEM;
     s->d = *deps;
     s->lis.fd = -1;
+    if (analysis_new(&s->an) < 0) {
+        free(s);
+        return -ENOMEM;
+    }
     gr__list_init(&s->conns);
     s->admin_gid = (gid_t)-1;
     if (deps->cfg->admin_group[0]) {
@@ -161,16 +165,23 @@ int server_start(const server_deps *deps, server **out, char *err, size_t errlen
         snprintf(err, errlen, "event_new failed");
         goto fail;
     }
+    if (auto_start(s) < 0) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "out of memory for the auto policy timer");
+        goto fail;
+    }
     *out = s;
     return 0;
 fail:
     server_shutdown(s);
+    analysis_free(&s->an);
     free(s);
     return rc;
 }
 
 void server_shutdown(server *s)
 {
+    auto_stop(s);
     if (s->lev) {
         event_free(s->lev);
         s->lev = NULL;
@@ -187,8 +198,49 @@ void server_free(server **sp)
     if (!s)
         return;
     server_shutdown(s);
+    analysis_free(&s->an);
     free(s);
     *sp = NULL;
+}
+
+int server_metrics_jobs(void *arg, struct evbuffer *out)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        { "job_class", "gauge", "the IO-pattern verdict of each job (uid and process group): "
+                                "1, with the class as a label" },
+        { "job_verdict_stable", "gauge", "1 when the job's verdict came out the same several "
+                                         "evaluations in a row" },
+        { "job_requests_total", "counter", "read requests of the job" },
+        { "job_verdict_changes_total", "counter", "times the job's verdict changed" },
+    };
+    server *s = *(server **)arg;
+    int rc = 0;
+
+    if (!s)
+        return 0;
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        rc |= evbuffer_add_printf(out, "# HELP granary_%s %s\n# TYPE granary_%s %s\n",
+                                  fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+        for (unsigned i = 0; i < AN_MAX_JOBS; i++) {
+            const an_job *j = analysis_job(s->an, i);
+            char lab[96];
+            if (!j || !j->requests)
+                continue;
+            snprintf(lab, sizeof(lab), "job=\"%u\",uid=\"%u\",pgid=\"%d\"", j->id, j->uid,
+                     (int)j->pgid);
+            if (f == 0)
+                rc |= evbuffer_add_printf(out, "granary_%s{%s,class=\"%s\"} 1\n", fam[f].name,
+                                          lab, an_class_name(j->verdict));
+            else
+                rc |= evbuffer_add_printf(out, "granary_%s{%s} %llu\n", fam[f].name, lab,
+                                          (unsigned long long)(f == 1 ? j->verdict_runs >= AN_STABLE
+                                                               : f == 2 ? j->requests
+                                                                        : j->switches));
+        }
+    }
+    return rc < 0 ? -1 : 0;
 }
 
 void server_snapshot(server *s, gr_stats *out)

@@ -15,6 +15,7 @@
 #ifndef GR_SERVER_H
 #define GR_SERVER_H
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "dram.h"
@@ -64,6 +65,16 @@ void server_shutdown(server *s);
 
 /* Free what is left; call after the workers have stopped.  NULL-safe. */
 void server_free(server **s);
+
+/*
+ * The analysis' per-job series for the metrics page (metrics_extra_fn's
+ * shape, arg a server **; nothing while it is NULL): for every job that has
+ * read, granary_job_class{job,uid,pgid,class} 1 (the verdict as a label, so
+ * that a dashboard sees a job's pattern change), granary_job_verdict_stable,
+ * granary_job_requests_total and granary_job_verdict_changes_total.
+ * 0 or -1.
+ */
+int server_metrics_jobs(void *arg, struct evbuffer *out);
 
 /* Fill *out with counters and the tiers' gauges. */
 void server_snapshot(server *s, gr_stats *out);

@@ -882,8 +882,11 @@ int source_scan_dir(source *s, const char *norm, int root, struct stat *dirst,
         while (!same && tries++ < 3) {
             if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 break;
-            if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+            if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+                same = 1;               /* a link or special file: its name and kind only */
+                n = 0;
                 break;
+            }
             n = judge_acl_blob(xpath, acl, sizeof(acl));
             same = fstatat(dirfd(d), de->d_name, &st2, AT_SYMLINK_NOFOLLOW) == 0 &&
                    st2.st_ino == st.st_ino && st2.st_dev == st.st_dev &&

@@ -162,9 +162,10 @@ int source_list_dir(source *s, const char *norm, int root, source_list_cb cb, vo
                     char *err, size_t errlen);
 
 /*
- * I/O thread: call cb(arg, name, st, acl, acl_len) for each regular file
- * and directory directly in directory norm (opened beneath its root),
- * with its attributes (not following links; others are skipped) and its
+ * I/O thread: call cb(arg, name, st, acl, acl_len) for each entry
+ * directly in directory norm (opened beneath its root), with its
+ * attributes (not following links: a symbolic link or special file comes
+ * with its lstat and no ACL) and, for regular files and directories, its
  * POSIX ACL (acl NULL: none; acl_len SOURCE_ACL_UNREADABLE: one that cannot
  * be judged).  An entry that changes between its attributes and its ACL
  * (another inode, or a new ctime) is read again, and given up on (skipped,

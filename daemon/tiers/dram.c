@@ -129,7 +129,15 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
     acap = capacity - capacity % seg;
     rc = arena_new_pages(acap, seg, pages, &d->ar, err, errlen);
     if (rc == 0) {
-        rc = policy_new(kind, acap, &d->pol);
+        /* The policy orders all of the arena but a sixteenth (in an arena
+         * of at least 32 chunks): that stays free for chunks the policy
+         * refuses, so that they too are handed out as leases, zero-copy, for
+         * as long as a client reads them, instead of falling back to the
+         * heap and 128 KiB inline replies (a refusing policy such as epoch
+         * served most of its misses that way: 0.5-0.7x lru's throughput at
+         * the same hit ratio). */
+        uint64_t reserve = acap >= 32 * max_chunk ? acap / 16 : 0;
+        rc = policy_new(kind, acap - reserve, &d->pol);
         if (rc < 0)
             snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     }
@@ -182,6 +190,11 @@ int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen)
     if (rc < 0)
         snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     return rc;
+}
+
+policy_kind dram_policy_kind(const dram *d)
+{
+    return policy_get_kind(d->pol);
 }
 
 arena *dram_arena(dram *d)
@@ -295,9 +308,21 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
     admitted = policy_admit(d->pol, key_hash(key), block_size(len));
     if (!admitted)
         d->not_admitted++;
-    /* Evict until a block frees up.  A victim still leased or being sent
-     * frees nothing yet, and buddies may need several victims to merge, so
-     * this can take more than one.  A refused chunk displaces nothing. */
+    /* An admitted chunk keeps the policy within its capacity (the arena
+     * less the reserve for refused chunks, see dram_new_pages)... */
+    while (admitted && policy_used(d->pol) + block_size(len) > policy_capacity(d->pol)) {
+        policy_node *v = policy_victim(d->pol);
+        if (!v)
+            break;
+        if (chunk_of(v)->prefetched)
+            d->prefetch_wasted++;
+        dram_remove(d, chunk_of(v));
+        d->evictions++;
+    }
+    /* ...and evicts until a block frees up.  A victim still leased or being
+     * sent frees nothing yet, and buddies may need several victims to
+     * merge, so this can take more than one.  A refused chunk displaces
+     * nothing: it takes a free block (the reserve) or the heap. */
     while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM && admitted) {
         policy_node *v = policy_victim(d->pol);
         if (!v)

@@ -112,6 +112,8 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
 /* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
  * 0 or -errno with a reason in err. */
 int dram_set_policy(dram *d, const char *policy_name, char *err, size_t errlen);
+/* The tier's policy kind now. */
+policy_kind dram_policy_kind(const dram *d);
 
 /* The arena, for handing segments to clients. */
 arena *dram_arena(dram *d);

@@ -1168,6 +1168,16 @@ out:
     return rc;
 }
 
+int nvme_policy_kind(nvme_tier *s)
+{
+    int k;
+
+    pthread_mutex_lock(&s->lock);
+    k = (int)policy_get_kind(s->pol);
+    nvme__unlock(s);
+    return k;
+}
+
 void nvme__publish_locked(nvme_tier *s)
 {
     nvme_stats st = s->st;

@@ -152,6 +152,8 @@ long nvme_pin_files(nvme_tier *s, const uint8_t (*ids)[16], size_t n, int pinned
 /* Switch the tier's eviction policy (SIGHUP), keeping every chunk and pin.
  * 0, -EINVAL (unknown name), -ENOMEM. */
 int nvme_set_policy(nvme_tier *s, const char *policy_name);
+/* The tier's policy kind now (policy_kind's value). */
+int nvme_policy_kind(nvme_tier *s);
 
 /* The tier as a backend of the fetch engine (backend.h): get is nvme_get
  * (a checksum failure is a corrupt miss, the entry dropped), put is

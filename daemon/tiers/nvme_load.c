@@ -606,13 +606,14 @@ int nvme_open(const nvme_config *cfg, nvme_tier **out, char *err, size_t errlen)
         goto fail;
     d.b = rocksdb_writebatch_create();
     {
-        /* Size the table for what the index holds (about half its keys
-         * are 'D' records), so loading does not grow it step by step. */
+        /* Size the table for what the index holds (the estimate counts
+         * 'C', 'D' and 'A' records, and is rough: take all of it), so
+         * loading does not grow it step by step. */
         uint64_t keys = 0;
         if (rocksdb_property_int(s->db, "rocksdb.estimate-num-keys", &keys) == 0 && keys > 2048 &&
             gr__htab_count(&s->table) == 0) {
             gr__htab t;
-            if (gr__htab_init(&t, (size_t)(keys / 2 < (1u << 30) ? keys / 2 : (1u << 30))) == 0) {
+            if (gr__htab_init(&t, (size_t)(keys < (1u << 30) ? keys : (1u << 30))) == 0) {
                 gr__htab_fini(&s->table);
                 s->table = t;
             }

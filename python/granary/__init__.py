@@ -47,7 +47,7 @@ import weakref
 from ._lib import lib as _lib, path as library_path, STATS_CB as _STATS_CB, Hint as _Hint
 from ._lib import DevRange as _DevRange, GpuStats as _GpuStats
 
-__all__ = ["Client", "GranaryFile", "DeviceBatch", "open", "read_range", "stats",
+__all__ = ["Client", "GranaryFile", "GranaryBufferedFile", "DEFAULT_BUFFER_SIZE", "DeviceBatch", "open", "read_range", "stats",
            "default_client", "library_path"]
 
 
@@ -136,7 +136,12 @@ class Client:
     def _connect(self):
         c = _lib.gr_connect(self._socket)
         if not c:
-            raise _error(None, self._socket.decode() if self._socket else None)
+            # libgranary's reason names the socket it tried and where that
+            # came from (argument, $GRANARY_SOCKET, the configuration).
+            err = ctypes.get_errno() or _errno.EIO
+            raw = _lib.gr_strerror_last(None)
+            msg = raw.decode("utf-8", "replace") if raw else os.strerror(err)
+            raise OSError(err, msg)
         self._c = c
         self._pid = os.getpid()
         self._gen += 1
@@ -198,15 +203,36 @@ class Client:
             raise _error(c, os.fspath(path))
         return f, self._gen
 
-    def open(self, path):
-        """Open ``path`` (absolute, under the daemon's roots) for reading.
+    def open(self, path, mode="rb", buffering=-1, encoding=None, errors=None, newline=None):
+        """Open ``path`` (under the daemon's roots; a relative path is taken
+        from the current directory) for reading, like the built-in ``open``.
 
-        Returns a :class:`GranaryFile`, a binary, seekable, read-only raw
-        file object; wrap it in ``io.BufferedReader`` for small reads.
+        ``mode`` is ``"rb"`` (the default) or ``"r"``/``"rt"`` (text, through
+        ``io.TextIOWrapper`` with ``encoding``, ``errors``, ``newline``).
+        ``buffering=-1`` (the default) or ``> 1`` gives a
+        :class:`GranaryBufferedFile` (an ``io.BufferedReader`` of
+        :data:`DEFAULT_BUFFER_SIZE` or ``buffering`` bytes: small reads cost
+        no round trip each); ``buffering=0`` the raw :class:`GranaryFile`
+        (binary only), where every ``read``/``readinto`` asks the daemon.
         """
+        if mode not in ("rb", "br", "r", "rt", "tr"):
+            raise ValueError("granary files are read-only: mode %r (use 'rb' or 'r')" % (mode,))
+        text = "b" not in mode
+        if not isinstance(buffering, int) or buffering < -1:
+            raise ValueError("invalid buffering %r" % (buffering,))
+        if buffering == 0 and text:
+            raise ValueError("can't have unbuffered text I/O")
+        if not text and (encoding is not None or errors is not None or newline is not None):
+            raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         f = GranaryFile(self, path)
         self._files.add(f)
-        return f
+        if buffering == 0:
+            return f
+        size = buffering if buffering > 1 else DEFAULT_BUFFER_SIZE
+        b = GranaryBufferedFile(f, size)
+        if text:
+            return io.TextIOWrapper(b, encoding=encoding, errors=errors, newline=newline)
+        return b
 
     def read_range(self, path, offset, length):
         """``length`` bytes of ``path`` from ``offset`` (fewer at the end of
@@ -316,7 +342,7 @@ class Client:
         ``gr_read_to_device_batch``).
 
         ``ranges``: an iterable of ``(file, offset, length, dst)``: ``file``
-        a path or a :class:`GranaryFile` of this client, ``dst`` the device
+        a path or a file :meth:`open` returned on this client, ``dst`` the device
         address of byte ``offset`` (an int: ``tensor.data_ptr()``,
         ``cudaMalloc``).  ``stream``: a CUDA stream handle as an int
         (``torch.cuda.current_stream().cuda_stream``), None or 0 for the
@@ -339,8 +365,10 @@ class Client:
             for i, (f, off, length, dst) in enumerate(items):
                 if off < 0 or length < 0:
                     raise ValueError("negative offset or length in %r" % ((f, off, length),))
+                if isinstance(f, GranaryBufferedFile):
+                    f = f.raw
                 if not isinstance(f, GranaryFile):
-                    f = self.open(f)
+                    f = self.open(f, buffering=0)
                     opened.append(f)
                 elif f._client is not self:
                     raise ValueError("%r belongs to another Client" % (f,))
@@ -635,6 +663,40 @@ class GranaryFile(io.RawIOBase):
             self.name, self._size, " closed" if self.closed else "")
 
 
+#: What ``open()`` buffers by default: a read of up to this much costs one
+#: request.  Larger than ``io.DEFAULT_BUFFER_SIZE`` (8 KiB) because a request
+#: is a round trip to the daemon, not a system call; most image files fit.
+DEFAULT_BUFFER_SIZE = 128 << 10
+
+
+class GranaryBufferedFile(io.BufferedReader):
+    """What :func:`open` returns by default: an ``io.BufferedReader`` over a
+    :class:`GranaryFile` (``.raw``), with its ``size``, ``stat()``,
+    ``pread`` and ``preadinto`` (which neither use nor move the buffered
+    position)."""
+
+    @property
+    def size(self):
+        """The file's size, as fixed when it was opened."""
+        return self.raw.size
+
+    def stat(self):
+        """The file's attributes as of the open (see GranaryFile.stat)."""
+        return self.raw.stat()
+
+    def pread(self, size, offset):
+        """Up to ``size`` bytes at ``offset`` (GranaryFile.pread)."""
+        return self.raw.pread(size, offset)
+
+    def preadinto(self, b, offset):
+        """Read into b at ``offset`` (GranaryFile.preadinto)."""
+        return self.raw.preadinto(b, offset)
+
+    def __repr__(self):
+        return "<granary.GranaryBufferedFile name=%r size=%d%s>" % (
+            self.raw.name, self.raw.size, " closed" if self.closed else "")
+
+
 _default = None
 _default_lock = threading.Lock()
 
@@ -651,10 +713,10 @@ def default_client():
     return c
 
 
-def open(path):
-    """Open ``path`` for reading through the default client (a
-    :class:`GranaryFile`)."""
-    return default_client().open(path)
+def open(path, mode="rb", buffering=-1, encoding=None, errors=None, newline=None):
+    """:meth:`Client.open` on the default client: buffered by default,
+    ``buffering=0`` for the raw :class:`GranaryFile`."""
+    return default_client().open(path, mode, buffering, encoding, errors, newline)
 
 
 def read_range(path, offset, length):

@@ -20,7 +20,7 @@ import stat as _st
 from ._lib import lib as _lib, path as _libpath
 from . import default_client, _Stat, _error, _fspath_bytes
 
-__all__ = ["stat", "scandir", "listdir", "walk", "DirEntry"]
+__all__ = ["stat", "scandir", "listdir", "walk", "files_under", "DirEntry"]
 
 
 class _Dirent(ctypes.Structure):
@@ -44,7 +44,7 @@ def _bind():
 
 
 _bind()
-_DT_DIR, _DT_REG = 4, 8
+_DT_DIR, _DT_REG, _DT_LNK = 4, 8, 10
 
 
 def _need(name):
@@ -93,15 +93,21 @@ class DirEntry:
     def is_dir(self, follow_symlinks=True):
         if self._stat is not None:
             return _st.S_ISDIR(self._stat.st_mode)
-        return self._type == _DT_DIR
+        if self._type in (_DT_DIR, _DT_REG):
+            return self._type == _DT_DIR
+        # The file system's listing (no manifest): a link or an unknown
+        # type is looked at, following links as os.DirEntry does.
+        return os.path.isdir(self.path) if follow_symlinks else False
 
     def is_file(self, follow_symlinks=True):
         if self._stat is not None:
             return _st.S_ISREG(self._stat.st_mode)
-        return self._type == _DT_REG
+        if self._type in (_DT_DIR, _DT_REG):
+            return self._type == _DT_REG
+        return os.path.isfile(self.path) if follow_symlinks else False
 
     def is_symlink(self):
-        return False
+        return self._stat is None and self._type == _DT_LNK
 
     def stat(self, follow_symlinks=True):
         if self._stat is None:
@@ -154,6 +160,27 @@ def listdir(path, client=None):
     return [e.name for e in scandir(path, client)]
 
 
+def files_under(root, client=None, followlinks=False):
+    """Every regular file below ``root``, as (directory, name) pairs in
+    sorted walk order, from :func:`scandir` (so a registered dataset's tree
+    costs the file system nothing; elsewhere, one listing per directory and
+    no stat per file where the listing says what an entry is)."""
+    out = []
+    stack = [os.fspath(root)]
+    while stack:
+        d = stack.pop()
+        ents = sorted(scandir(d, client), key=lambda e: e.name)
+        subdirs = []
+        for e in ents:
+            if e.is_dir(follow_symlinks=followlinks):
+                if followlinks or not e.is_symlink():
+                    subdirs.append(e.path)
+            elif e.is_file():
+                out.append((d, e.name))
+        stack.extend(reversed(subdirs))
+    return out
+
+
 def walk(top, topdown=True, onerror=None, client=None):
     """``os.walk(top)`` through the daemon: (dirpath, dirnames, filenames)."""
     try:
@@ -164,9 +191,11 @@ def walk(top, topdown=True, onerror=None, client=None):
         return
     dirs = [e.name for e in entries if e.is_dir()]
     files = [e.name for e in entries if not e.is_dir()]
+    links = {e.name for e in entries if e.is_symlink()}
     if topdown:
         yield os.fspath(top), dirs, files
     for d in dirs:
-        yield from walk(os.path.join(os.fspath(top), d), topdown, onerror, client)
+        if d not in links:              # as os.walk: links to directories are listed, not walked
+            yield from walk(os.path.join(os.fspath(top), d), topdown, onerror, client)
     if not topdown:
         yield os.fspath(top), dirs, files

@@ -22,6 +22,18 @@ samples' files to the daemon as job hints, in that order::
     sampler = HintingSampler(RandomSampler(ds), ds)
     loader = DataLoader(ds, batch_size=256, num_workers=8, sampler=sampler)
 
+A labelled, torchvision-style image dataset: :class:`GranaryImageFolder`
+is ``torchvision.datasets.ImageFolder`` (``classes``, ``class_to_idx``,
+``samples``, ``targets``, ``loader``, ``transform``, ``target_transform``)
+with the files read through Granary::
+
+    ds = GranaryImageFolder("/mnt/lustre/imagenet/train", transform=train_tf)
+    sampler = HintingSampler(RandomSampler(ds), ds)
+
+HintingSampler also hints torchvision's own datasets (any dataset with
+``samples``, ``imgs``, ``paths`` or ``files``); one it cannot hint runs
+unhinted with a warning.
+
 torch is optional: without it GranaryDataset is a plain class with the same
 ``__len__``/``__getitem__`` protocol (usable with any loader that takes a
 map-style dataset) and HintingSampler a plain iterable; with it, they
@@ -50,6 +62,7 @@ import os
 import warnings
 
 import granary
+from . import fs as gfs
 
 try:
     from torch.utils.data import Dataset as _Base, Sampler as _SamplerBase
@@ -59,22 +72,37 @@ except ImportError:                     # torch is optional
     _SamplerBase = object
     HAVE_TORCH = False
 
-__all__ = ["GranaryDataset", "HintingSampler", "HAVE_TORCH", "list_files", "SampleRef",
+__all__ = ["GranaryDataset", "GranaryImageFolder", "IMG_EXTENSIONS", "find_classes",
+           "HintingSampler", "HAVE_TORCH", "list_files", "SampleRef",
            "read_tensor", "ref_collate", "DeviceCollate", "DeviceSamples", "DeviceLoader"]
 
 
-def list_files(root):
+def _lister(socket):
+    """A client for listing (granary.fs), or None when the daemon cannot be
+    reached (then the os module lists)."""
+    try:
+        return granary.Client(socket)
+    except OSError:
+        return None
+
+
+def list_files(root, socket=None):
     """Every regular file under ``root`` (recursively), as sorted absolute
-    paths without ``.``/``..`` components (the form the daemon accepts)."""
-    out = []
-    for d, dirs, files in os.walk(os.path.abspath(root)):
-        dirs.sort()
-        for name in files:
-            p = os.path.join(d, name)
-            if os.path.isfile(p):
-                out.append(p)
-    out.sort()
-    return out
+    paths without ``.``/``..`` components (the form the daemon accepts).
+    Listed through the daemon (granary.fs): a tree registered as a dataset
+    (``granaryctl dataset add``) costs the file system nothing."""
+    root = os.path.abspath(root)
+    c = _lister(socket)
+    if c is None:
+        out = []
+        for d, dirs, files in os.walk(root):
+            dirs.sort()
+            out.extend(os.path.join(d, n) for n in files if os.path.isfile(os.path.join(d, n)))
+        return sorted(out)
+    try:
+        return sorted(os.path.join(d, n) for d, n in gfs.files_under(root, c))
+    finally:
+        c.close()
 
 
 class GranaryDataset(_Base):
@@ -90,7 +118,7 @@ class GranaryDataset(_Base):
 
     def __init__(self, files, transform=None, socket=None, lazy=False):
         if isinstance(files, (str, bytes, os.PathLike)) and os.path.isdir(files):
-            self.files = list_files(os.fsdecode(files))
+            self.files = list_files(os.fsdecode(files), socket)
         elif isinstance(files, (str, bytes, os.PathLike)):
             raise NotADirectoryError(f"not a directory: {os.fsdecode(files)!r} "
                                      "(pass a directory or a list of files)")
@@ -139,7 +167,7 @@ class GranaryDataset(_Base):
         if self.lazy:
             return self.sample_ref(index)
         path = self.files[index]
-        with self._get_client().open(path) as f:
+        with self._get_client().open(path, buffering=0) as f:
             data = f.readall()
         return self.transform(data) if self.transform is not None else data
 
@@ -157,6 +185,119 @@ class GranaryDataset(_Base):
         self._client = None
 
 
+#: The file name endings GranaryImageFolder takes by default
+#: (torchvision.datasets.folder.IMG_EXTENSIONS).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def find_classes(root, client=None):
+    """(classes, class_to_idx) of an ImageFolder tree: the sorted names of
+    root's subdirectories, each numbered by its place.  FileNotFoundError
+    when there is none (torchvision's ``find_classes``).  Listed through
+    the daemon when ``client`` is given (granary.fs)."""
+    ents = gfs.scandir(root, client) if client is not None else os.scandir(root)
+    classes = sorted(e.name for e in ents if e.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
+    return classes, {c: i for i, c in enumerate(classes)}
+
+
+class GranaryImageFolder(GranaryDataset):
+    """``torchvision.datasets.ImageFolder``, read through Granary.
+
+    ``root/<class>/**/<file>``: each class is a subdirectory of ``root``
+    (sorted names, numbered 0, 1, ...), each sample a file under it (walked
+    recursively, following links, sorted) whose name ends with one of
+    ``extensions`` (case-insensitive; default :data:`IMG_EXTENSIONS`) or for
+    which ``is_valid_file(path)`` is true (give one of the two).  The same
+    attributes as torchvision's: ``classes``, ``class_to_idx``, ``samples``
+    (``(path, class_index)``, paths absolute), ``imgs`` (the same list),
+    ``targets``, ``loader``, ``transform``, ``target_transform``, ``root``;
+    ``ds[i]`` is ``(transform(loader(path)), target_transform(class))``.
+
+    The default ``loader`` reads the whole file through Granary (one
+    request for a file of one chunk, on this process's own connection, as
+    GranaryDataset) and decodes it with PIL, converted to RGB, as
+    torchvision's default loader does.  A ``loader`` given is called with
+    the path, as torchvision calls it (``granary.open(path)`` inside it
+    reads through Granary).  ``HintingSampler(sampler, ds)`` hints its
+    files.  A class with no valid file raises FileNotFoundError, as in
+    torchvision.
+    """
+
+    def __init__(self, root, transform=None, target_transform=None, loader=None,
+                 is_valid_file=None, extensions=None, socket=None):
+        if extensions is not None and is_valid_file is not None:
+            raise ValueError("Both extensions and is_valid_file cannot be not None at the same time")
+        if extensions is None and is_valid_file is None:
+            extensions = IMG_EXTENSIONS
+        self.root = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(root))))
+        lister = _lister(socket)
+        try:
+            self._init_samples(lister, is_valid_file, extensions)
+        finally:
+            if lister is not None:
+                lister.close()
+        super().__init__([p for p, _ in self.samples], socket=socket)
+        self.imgs = self.samples
+        self.targets = [t for _, t in self.samples]
+        self.transform = transform
+        self.target_transform = target_transform
+        self.loader = loader if loader is not None else self.granary_loader
+
+    def _init_samples(self, lister, is_valid_file, extensions):
+        self.classes, self.class_to_idx = find_classes(self.root, lister)
+        self.extensions = tuple(extensions) if extensions is not None else None
+        if is_valid_file is None:
+            exts = tuple(x.lower() for x in self.extensions)
+            is_valid_file = lambda p: p.lower().endswith(exts)   # noqa: E731
+        samples, empty = [], []
+        for cls in self.classes:
+            idx = self.class_to_idx[cls]
+            n = len(samples)
+            top = os.path.join(self.root, cls)
+            if lister is not None:
+                # torchvision's order: sorted(os.walk(...)), names sorted in each
+                pairs = sorted(gfs.files_under(top, lister, followlinks=True))
+            else:
+                pairs = [(d, name) for d, _dirs, names in sorted(os.walk(top, followlinks=True))
+                         for name in sorted(names)]
+            for d, name in pairs:
+                p = os.path.join(d, name)
+                if is_valid_file(p):
+                    samples.append((p, idx))
+            if len(samples) == n:
+                empty.append(cls)
+        if empty:
+            msg = "Found no valid file for the classes %s. " % ", ".join(sorted(empty))
+            if self.extensions is not None:
+                msg += "Supported extensions are: %s" % ", ".join(self.extensions)
+            raise FileNotFoundError(msg)
+        self.samples = samples
+
+    def read_bytes(self, path):
+        """The whole file at ``path``, read through this process's client."""
+        with self._get_client().open(path, buffering=0) as f:
+            return f.readall()
+
+    def granary_loader(self, path):
+        """The default loader: the file through Granary, decoded by PIL,
+        as an RGB ``PIL.Image``."""
+        import io
+        from PIL import Image
+        img = Image.open(io.BytesIO(self.read_bytes(path)))
+        return img.convert("RGB")
+
+    def __getitem__(self, index):
+        path, target = self.samples[index]
+        sample = self.loader(path)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+
 def _flat(order):
     """Indices of an epoch's order, with batches (lists from a BatchSampler)
     flattened."""
@@ -167,6 +308,25 @@ def _flat(order):
             yield x
 
 
+#: Where HintingSampler looks for a dataset's file paths, in this order.
+_PATH_ATTRS = ("paths", "files", "samples", "imgs")
+
+
+class _NoHints(TypeError):
+    """The dataset names no files HintingSampler could hint."""
+
+
+def _entry_path(e, attr, i):
+    """The file path of a dataset's entry (a path, or a tuple/list whose
+    first item is one), absolute."""
+    if isinstance(e, (tuple, list)) and e:
+        e = e[0]
+    if isinstance(e, (str, bytes, os.PathLike)):
+        return os.path.abspath(os.fsdecode(os.fspath(e)))
+    raise _NoHints("%s[%d] is %s, not a path or a (path, ...) tuple"
+                   % (attr, i, type(e).__name__))
+
+
 class HintingSampler(_SamplerBase):
     """Wraps a sampler and sends each epoch's order to the daemon as hints.
 
@@ -174,8 +334,13 @@ class HintingSampler(_SamplerBase):
     ``BatchSampler`` used as ``batch_sampler`` ...) or iterable of indices.
     ``dataset``: what the indices index; the ranges hinted for index i are
     ``dataset.hint_ranges(i)`` (an iterable of paths or ``(path, offset,
-    length)`` tuples) if it has that method, else ``dataset.paths[i]``, else
-    ``dataset.files[i]``.  ``client``: the :class:`granary.Client` to hint
+    length)`` tuples) if it has that method, else the path of entry i of
+    the first of ``dataset.paths``, ``files``, ``samples``, ``imgs`` it has
+    (an entry is a path, or a tuple or list whose first item is one, as in
+    torchvision's ``ImageFolder``/``DatasetFolder`` ``samples``; relative
+    paths are taken from the current directory).  A dataset with none of
+    these, or entries that are not paths, is not hinted: the epoch runs
+    with a RuntimeWarning.  ``client``: the :class:`granary.Client` to hint
     on (None: one of its own, on ``socket``).
 
     ``iter(sampler)`` (the DataLoader calls it when an epoch starts)
@@ -224,14 +389,15 @@ class HintingSampler(_SamplerBase):
             for i in _flat(order):
                 yield from fn(i)
             return
-        paths = getattr(ds, "paths", None)
-        if paths is None:
-            paths = getattr(ds, "files", None)
-        if paths is None:
-            raise TypeError("HintingSampler: the dataset has neither hint_ranges(i) nor "
-                            "paths nor files")
+        for name in _PATH_ATTRS:
+            entries = getattr(ds, name, None)
+            if entries is not None:
+                break
+        else:
+            raise _NoHints("the dataset (%s) has none of hint_ranges(i), %s"
+                           % (type(ds).__name__, ", ".join(_PATH_ATTRS)))
         for i in _flat(order):
-            yield paths[i]
+            yield _entry_path(entries[i], name, i)
 
     def send_hints(self, order):
         """Replace the hint list with the ranges of ``order``; returns the
@@ -246,7 +412,7 @@ class HintingSampler(_SamplerBase):
         self.hinted = 0
         try:
             self.hinted = self.send_hints(order)
-        except (OSError, ValueError) as e:
+        except Exception as e:          # hints are advice: never end the epoch
             if self.strict:
                 raise
             warnings.warn("granary: epoch not hinted: %s" % (e,), RuntimeWarning, stacklevel=2)
@@ -337,7 +503,7 @@ def read_tensor(path, offset=0, length=None, device=None, client=None, stream=No
     torch = _cuda_or_raise("read_tensor")
     c = client if client is not None else granary.default_client()
     if length is None:
-        with c.open(path) as f:
+        with c.open(path, buffering=0) as f:
             length = max(0, f.size - offset)
     t = out if out is not None else torch.empty(max(1, length), dtype=torch.uint8,
                                                 device=device or "cuda")
@@ -420,7 +586,7 @@ class DeviceCollate:
     def _file(self, c, path):
         f = self._files.pop(path, None)
         if f is None or f.closed:
-            f = c.open(path)
+            f = c.open(path, buffering=0)
         self._files[path] = f           # now the most recently used
         if len(self._files) > self.max_open:
             self._files.pop(next(iter(self._files))).close()

@@ -60,7 +60,8 @@ def plain(name):
 
 
 class FileSemantics(unittest.TestCase):
-    """GranaryFile against Python's own file object on the same bytes."""
+    """The raw GranaryFile (buffering=0) against Python's own file object on
+    the same bytes."""
 
     def setUp(self):
         self.client = granary.Client(SOCKET)
@@ -70,15 +71,15 @@ class FileSemantics(unittest.TestCase):
 
     def test_read_all(self):
         for name in ("big.bin", "small.txt", "empty", "one"):
-            with self.client.open(path(name)) as f:
+            with self.client.open(path(name), buffering=0) as f:
                 self.assertEqual(f.read(), plain(name), name)
-            with self.client.open(path(name)) as f:
+            with self.client.open(path(name), buffering=0) as f:
                 self.assertEqual(f.readall(), plain(name), name)
 
     def test_read_n_at_random_offsets(self):
         rnd = random.Random(7)
         size = os.path.getsize(path("big.bin"))
-        with self.client.open(path("big.bin")) as g, open(path("big.bin"), "rb", buffering=0) as p:
+        with self.client.open(path("big.bin"), buffering=0) as g, open(path("big.bin"), "rb", buffering=0) as p:
             for _ in range(300):
                 off = rnd.randrange(0, size + 100)
                 n = rnd.choice([0, 1, 4095, 4096, 65536, 1 << 20, 3 << 20, rnd.randrange(1, 2 << 20)])
@@ -87,7 +88,7 @@ class FileSemantics(unittest.TestCase):
                 self.assertEqual(g.tell(), p.tell())
 
     def test_sequential_reads_cover_the_file(self):
-        with self.client.open(path("big.bin")) as g, open(path("big.bin"), "rb", buffering=0) as p:
+        with self.client.open(path("big.bin"), buffering=0) as g, open(path("big.bin"), "rb", buffering=0) as p:
             while True:
                 a, b = g.read(777_777), p.read(777_777)
                 self.assertEqual(a, b)
@@ -96,7 +97,7 @@ class FileSemantics(unittest.TestCase):
 
     def test_seek_tell(self):
         size = os.path.getsize(path("big.bin"))
-        with self.client.open(path("big.bin")) as g, open(path("big.bin"), "rb", buffering=0) as p:
+        with self.client.open(path("big.bin"), buffering=0) as g, open(path("big.bin"), "rb", buffering=0) as p:
             for off, whence in [(10, os.SEEK_SET), (100, os.SEEK_CUR), (-50, os.SEEK_CUR),
                                 (0, os.SEEK_END), (-4096, os.SEEK_END), (5, os.SEEK_END),
                                 (0, os.SEEK_SET), (size - 1, os.SEEK_SET)]:
@@ -111,7 +112,7 @@ class FileSemantics(unittest.TestCase):
 
     def test_readinto_memoryview_without_touching_neighbours(self):
         data = plain("big.bin")
-        with self.client.open(path("big.bin")) as g:
+        with self.client.open(path("big.bin"), buffering=0) as g:
             buf = bytearray(b"\xAA" * (3 << 20))
             mv = memoryview(buf)
             g.seek(123_456)
@@ -136,7 +137,7 @@ class FileSemantics(unittest.TestCase):
 
     def test_read_past_eof(self):
         size = os.path.getsize(path("big.bin"))
-        with self.client.open(path("big.bin")) as g:
+        with self.client.open(path("big.bin"), buffering=0) as g:
             g.seek(size + 10)
             self.assertEqual(g.read(5), b"")
             self.assertEqual(g.read(), b"")
@@ -144,13 +145,13 @@ class FileSemantics(unittest.TestCase):
             g.seek(size - 3)
             self.assertEqual(g.read(100), plain("big.bin")[-3:])
             self.assertEqual(g.read(100), b"")
-        with self.client.open(path("empty")) as g:
+        with self.client.open(path("empty"), buffering=0) as g:
             self.assertEqual(g.size, 0)
             self.assertEqual(g.read(10), b"")
 
     def test_pread_does_not_move(self):
         data = plain("big.bin")
-        with self.client.open(path("big.bin")) as g:
+        with self.client.open(path("big.bin"), buffering=0) as g:
             g.seek(5)
             self.assertEqual(g.pread(100, 2_000_000), data[2_000_000:2_000_100])
             buf = bytearray(64)
@@ -159,7 +160,7 @@ class FileSemantics(unittest.TestCase):
             self.assertEqual(g.tell(), 5)
 
     def test_flags_and_attributes(self):
-        with self.client.open(path("big.bin")) as g:
+        with self.client.open(path("big.bin"), buffering=0) as g:
             self.assertTrue(g.readable())
             self.assertTrue(g.seekable())
             self.assertFalse(g.writable())
@@ -180,10 +181,10 @@ class FileSemantics(unittest.TestCase):
         g.close()                       # idempotent
 
     def test_buffered_and_text_wrappers(self):
-        with io.BufferedReader(self.client.open(path("small.txt"))) as b:
+        with io.BufferedReader(self.client.open(path("small.txt"), buffering=0)) as b:
             self.assertEqual(b.readline(), b"hello granary\n")
             self.assertEqual(b.read(), b"second line\n")
-        with io.TextIOWrapper(io.BufferedReader(self.client.open(path("small.txt")))) as t:
+        with io.TextIOWrapper(io.BufferedReader(self.client.open(path("small.txt"), buffering=0))) as t:
             self.assertEqual(t.readlines(), ["hello granary\n", "second line\n"])
 
     def test_read_range(self):
@@ -213,7 +214,7 @@ class FileSemantics(unittest.TestCase):
         def work(seed):
             rnd = random.Random(seed)
             try:
-                with self.client.open(path("big.bin")) as g:
+                with self.client.open(path("big.bin"), buffering=0) as g:
                     for _ in range(30):
                         off, n = rnd.randrange(len(data)), rnd.randrange(1, 300_000)
                         if g.pread(n, off) != data[off:off + n]:
@@ -227,6 +228,122 @@ class FileSemantics(unittest.TestCase):
         for t in ts:
             t.join()
         self.assertEqual(errors, [])
+
+
+class CountRaw:
+    """Counts GranaryFile.readinto calls (each one a request to the daemon)
+    while in effect."""
+
+    def __enter__(self):
+        self.n = 0
+        self.orig = granary.GranaryFile.readinto
+
+        def counted(f, b):
+            self.n += 1
+            return self.orig(f, b)
+        granary.GranaryFile.readinto = counted
+        return self
+
+    def __exit__(self, *exc):
+        granary.GranaryFile.readinto = self.orig
+
+
+class Buffered(unittest.TestCase):
+    """granary.open() is buffered by default, like open(); buffering=0 is
+    the raw file.  Real readers (PIL, tarfile) make few requests through it."""
+
+    def setUp(self):
+        self.client = granary.Client(SOCKET)
+
+    def tearDown(self):
+        self.client.close()
+
+    def test_default_is_buffered_like_open(self):
+        data = plain("big.bin")
+        rnd = random.Random(7)
+        with granary.open(path("big.bin")) as g, open(path("big.bin"), "rb") as p:
+            self.assertIsInstance(g, io.BufferedReader)
+            self.assertIsInstance(g.raw, granary.GranaryFile)
+            self.assertEqual(g.size, len(data))
+            self.assertEqual(g.stat().st_size, len(data))
+            for _ in range(300):
+                op = rnd.randrange(5)
+                if op == 0:
+                    n = rnd.choice([1, 7, 512, 4096, 200_000])
+                    self.assertEqual(g.read(n), p.read(n))
+                elif op == 1:
+                    off = rnd.randrange(len(data) + 10)
+                    self.assertEqual(g.seek(off), p.seek(off))
+                elif op == 2:
+                    self.assertEqual(g.readline(), p.readline())
+                elif op == 3:
+                    self.assertEqual(g.pread(100, 1234), data[1234:1334])
+                else:
+                    self.assertEqual(g.tell(), p.tell())
+            self.assertEqual(g.tell(), p.tell())
+        self.assertTrue(g.closed and g.raw.closed)
+        with self.client.open(path("big.bin"), buffering=4096) as g:
+            self.assertEqual(g.read(10), data[:10])
+        with self.client.open(path("big.bin"), buffering=0) as g:
+            self.assertIsInstance(g, granary.GranaryFile)
+
+    def test_text_mode_and_bad_arguments(self):
+        with self.client.open(path("small.txt"), "r", encoding="ascii") as t:
+            self.assertEqual(t.readlines(), ["hello granary\n", "second line\n"])
+        for kw in ({"mode": "wb"}, {"mode": "r+b"}, {"mode": "ab"}, {"mode": "r", "buffering": 0},
+                   {"buffering": -2}, {"mode": "rb", "encoding": "utf-8"}):
+            with self.assertRaises(ValueError, msg=repr(kw)):
+                self.client.open(path("small.txt"), **kw)
+
+    def _pil_reads(self, buffering):
+        from PIL import Image
+        with CountRaw() as cnt, self.client.open(path("img.jpg"), buffering=buffering) as f:
+            im = Image.open(f)
+            im.load()
+            return cnt.n, im.tobytes()
+
+    def test_pil_few_requests(self):
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("PIL not installed (Debian: python3-pil)")
+        rnd = random.Random(3)
+        im = Image.frombytes("RGB", (160, 120), rnd.randbytes(160 * 120 * 3))
+        im.save(path("img.jpg"), quality=90)
+        want = Image.open(path("img.jpg"))
+        want.load()
+        raw_n, raw_px = self._pil_reads(0)
+        buf_n, buf_px = self._pil_reads(-1)
+        self.assertEqual(raw_px, want.tobytes())
+        self.assertEqual(buf_px, want.tobytes())
+        # The whole file (~30 KB) fits the buffer: one read, one at EOF at most.
+        self.assertLessEqual(buf_n, 3, "buffered PIL decode made %d requests" % buf_n)
+        self.assertGreater(raw_n, 3 * buf_n, "raw %d, buffered %d" % (raw_n, buf_n))
+        print("\n    PIL requests per image: raw %d, buffered %d" % (raw_n, buf_n), file=sys.stderr)
+
+    def test_tarfile_few_requests(self):
+        import tarfile
+        rnd = random.Random(5)
+        members = {"m%03d" % i: rnd.randbytes(rnd.randrange(100, 5000)) for i in range(60)}
+        with tarfile.open(path("shard.tar"), "w") as t:
+            for name, body in members.items():
+                ti = tarfile.TarInfo(name)
+                ti.size = len(body)
+                t.addfile(ti, io.BytesIO(body))
+        counts = {}
+        for buffering in (0, -1):
+            with CountRaw() as cnt, self.client.open(path("shard.tar"), buffering=buffering) as f:
+                got = {}
+                with tarfile.open(fileobj=f, mode="r:") as t:
+                    for m in t:
+                        got[m.name] = t.extractfile(m).read()
+                self.assertEqual(got, members)
+                counts[buffering] = cnt.n
+        size = os.path.getsize(path("shard.tar"))
+        self.assertLessEqual(counts[-1], size // granary.DEFAULT_BUFFER_SIZE + 4, counts)
+        self.assertGreater(counts[0], 10 * counts[-1], counts)
+        print("\n    tarfile requests per %d-member shard: raw %d, buffered %d"
+              % (len(members), counts[0], counts[-1]), file=sys.stderr)
 
 
 class Errors(unittest.TestCase):
@@ -246,13 +363,26 @@ class Errors(unittest.TestCase):
     def test_directory_and_relative_path(self):
         with self.assertRaises(OSError):
             granary.open(ROOT)
-        with self.assertRaises(OSError):
+        with self.assertRaises(PermissionError) as cm:      # from the cwd: outside the roots
             granary.open("relative/path")
+        self.assertIn(os.path.join(os.getcwd(), "relative/path"), str(cm.exception))
+        cwd = os.getcwd()
+        try:                            # relative: from the working directory
+            os.chdir(os.path.join(ROOT, "ds", "a"))
+            with granary.open("../../small.txt") as f:
+                self.assertEqual(f.read(), plain("small.txt"))
+            with granary.open("./s01.bin", buffering=0) as f:
+                self.assertEqual(f.read(), read_file(path("ds/a/s01.bin")))
+        finally:
+            os.chdir(cwd)
 
     def test_no_daemon(self):
+        sock = os.path.join(ROOT, "no-such-socket")
         with self.assertRaises(OSError) as cm:
-            granary.Client(os.path.join(ROOT, "no-such-socket"))
+            granary.Client(sock)
         self.assertIn(cm.exception.errno, (errno.ENOENT, errno.ECONNREFUSED))
+        self.assertIn(sock, str(cm.exception))          # which socket was tried
+        self.assertIn("granaryd", str(cm.exception))
 
     def test_closed_client(self):
         c = granary.Client(SOCKET)

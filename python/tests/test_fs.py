@@ -36,6 +36,9 @@ class TestFs(unittest.TestCase):
                 f.write(b"%d" % i * (i + 1))
         for i in range(5000):
             open(os.path.join(cls.top, "big", "e%05d" % i), "wb").close()
+        os.symlink("x", os.path.join(cls.top, "a", "lx"))          # to a file
+        os.symlink("../c", os.path.join(cls.top, "a", "lc"))       # to a directory
+        os.symlink("nowhere", os.path.join(cls.top, "dangling"))
         out = ctl("dataset", "add", cls.top)
         cls.id = out.split()[1]
         for _ in range(500):
@@ -59,6 +62,18 @@ class TestFs(unittest.TestCase):
         theirs = sorted((d, sorted(ds), sorted(fs)) for d, ds, fs in os.walk(self.top))
         self.assertEqual(mine, theirs)
 
+    def test_links_are_the_file_systems(self):
+        # The manifest names links but never follows them: stat through one
+        # is the file system's answer, never "not there".
+        for p in ("a/lx", "a/lc", "a/lc/z"):
+            full = os.path.join(self.top, p)
+            self.assertEqual(gfs.stat(full, self.c).st_ino, os.stat(full).st_ino, p)
+        with self.assertRaises(FileNotFoundError):
+            gfs.stat(os.path.join(self.top, "dangling"), self.c)
+        names = {e.name: e for e in gfs.scandir(os.path.join(self.top, "a"), self.c)}
+        self.assertTrue(names["lx"].is_symlink() and names["lx"].is_file())
+        self.assertTrue(names["lc"].is_symlink() and names["lc"].is_dir())
+
     def test_stat_is_os_stat(self):
         for p in ("a/x", "a/b/y", "a", "", "big/e04999"):
             full = os.path.join(self.top, p) if p else self.top
@@ -74,10 +89,11 @@ class TestFs(unittest.TestCase):
 
     def test_scandir_stats_come_with_the_listing(self):
         ents = gfs.scandir(os.path.join(self.top, "a"), self.c)
-        self.assertEqual(sorted(e.name for e in ents), ["b", "x"])
+        self.assertEqual(sorted(e.name for e in ents), ["b", "lc", "lx", "x"])
         n0 = self.lookups()
         for e in ents:
-            self.assertEqual(e.stat().st_ino, os.stat(e.path).st_ino)
+            if not e.is_symlink():          # a link's stat() follows it: asked anew
+                self.assertEqual(e.stat().st_ino, os.stat(e.path).st_ino)
             self.assertEqual(e.is_dir(), os.path.isdir(e.path))
         self.assertEqual(self.lookups(), n0, "DirEntry.stat() asked the daemon again")
 
@@ -92,6 +108,18 @@ class TestFs(unittest.TestCase):
             gfs.scandir(os.path.join(self.top, "top"), self.c)
         with self.assertRaises(OSError):
             gfs.stat("/etc/passwd-not-under-the-roots", self.c)
+
+    def test_dataset_listing_from_the_manifest(self):
+        from granary.torch import GranaryDataset
+        n0 = self.lookups()
+        ds = GranaryDataset(self.top, socket=SOCK)
+        want = sorted(os.path.join(d, n) for d, _, ns in os.walk(self.top) for n in ns
+                      if os.path.isfile(os.path.join(d, n)))
+        self.assertEqual(ds.files, want)
+        # one READDIR per directory (5 of them), each a manifest lookup, and
+        # no stat per file (those would be 5004 more)
+        self.assertGreaterEqual(self.lookups() - n0, 5)
+        self.assertLess(self.lookups() - n0, 50)
 
     def test_outside_a_dataset_asks_the_file_system(self):
         other = tempfile.mkdtemp(prefix="fsnods-", dir=ROOT)

@@ -127,7 +127,7 @@ class ClientHints(unittest.TestCase):
     def test_errors(self):
         with granary.Client(SOCKET) as c:
             with self.assertRaises(OSError) as cm:
-                c.hint(["relative/path"])
+                c.hint([""])
             self.assertEqual(cm.exception.errno, errno.EINVAL)
             with self.assertRaises(ValueError):
                 c.hint([(os.path.join(ROOT, "x"), -1, 0)])
@@ -135,11 +135,30 @@ class ClientHints(unittest.TestCase):
                 c.hint([os.path.join(ROOT, "x")], batch=0)
             # Unresolvable ranges are advice: skipped and counted, no error.
             before = c.stats()["hint_errors"]
-            self.assertEqual(c.hint([os.path.join(ROOT, "no-such-file"), "/etc/passwd"]), 2)
+            self.assertEqual(c.hint([os.path.join(ROOT, "no-such-file"), "/etc/passwd",
+                                     "relative/outside/the/roots"]), 3)
             deadline = time.monotonic() + 5
-            while c.stats()["hint_errors"] < before + 2 and time.monotonic() < deadline:
+            while c.stats()["hint_errors"] < before + 3 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            self.assertEqual(c.stats()["hint_errors"], before + 2)
+            self.assertEqual(c.stats()["hint_errors"], before + 3)
+            # A relative path is taken from the working directory.
+            cwd = os.getcwd()
+            try:
+                os.makedirs(os.path.join(ROOT, "relhint"), exist_ok=True)
+                with open(os.path.join(ROOT, "relhint", "r.bin"), "wb") as f:
+                    f.write(b"r" * 5000)
+                os.chdir(ROOT)
+                added = c.stats()["hint_entries_added"]
+                self.assertEqual(c.hint(["relhint/r.bin", "./relhint/../relhint/r.bin"]), 2)
+                deadline = time.monotonic() + 5
+                while (c.stats()["hint_entries_added"] < added + 2
+                       and time.monotonic() < deadline):
+                    time.sleep(0.02)
+                self.assertEqual(c.stats()["hint_entries_added"], added + 2)
+                self.assertEqual(c.stats()["hint_errors"], before + 3)
+            finally:
+                os.chdir(cwd)
+                c.hint_clear()
             self.assertEqual(c.hint([]), 0)
         c = granary.Client(SOCKET)
         c.close()

@@ -387,7 +387,7 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
             CHECK(m->u.dirents.ents == body + PROTO_READDIR_REPLY);
             CHECK(m->u.dirents.len == n - PROTO_READDIR_REPLY);
             while (proto_dirent_next(m, &off, &d) == 1) {
-                CHECK(d.type == PROTO_DIRENT_DIR || d.type == PROTO_DIRENT_REG);
+                CHECK(PROTO_DIRENT_VALID(d.type));
                 CHECK(d.name_len >= 1 && d.name_len <= 255);
                 CHECK(inside(d.name, d.name_len, body, end));
                 CHECK(!memchr(d.name, '/', d.name_len) && !memchr(d.name, 0, d.name_len));
@@ -1219,7 +1219,7 @@ static void check_encoders(const uint8_t *data, size_t size)
             if (plus)
                 take_attr(&s, &ents[i].attr);
             if (ents[i].name_len == 0 || ents[i].name_len > 255 ||
-                (ents[i].type != PROTO_DIRENT_DIR && ents[i].type != PROTO_DIRENT_REG) ||
+                !PROTO_DIRENT_VALID(ents[i].type) ||
                 memchr(ents[i].name, '/', ents[i].name_len) ||
                 memchr(ents[i].name, 0, ents[i].name_len))
                 ok = 0;

@@ -1,0 +1,40 @@
+/*
+ * preload_int.h - what the LD_PRELOAD shim's two files share: preload.c
+ * (descriptors: open, read, dup ...) and preload_stdio.c (FILE streams).
+ * Internal to libgranary_preload.so; no other part includes it.
+ */
+#ifndef GRANARY_PRELOAD_INT_H
+#define GRANARY_PRELOAD_INT_H
+
+#define PL_HIDDEN __attribute__((visibility("hidden")))
+
+/* 1 when fd is served through the daemon now (an inherited descriptor is
+ * offered to it first), else 0.  Any thread; keeps errno. */
+PL_HIDDEN int pl__served(int fd);
+
+/* 1 when fd is a read-only regular file under the shim's roots (it would
+ * be offered to the daemon), else 0.  Asks no daemon.  Keeps errno. */
+PL_HIDDEN int pl__candidate(int fd);
+
+/* Called once from the shim's constructor, after the inherited
+ * descriptors were listed: puts a served stream in place of stdin when
+ * descriptor 0 is a candidate (preload_stdio.c). */
+PL_HIDDEN void pl__stdio_setup(void);
+
+/* The served file of fd with a reference for the caller (dropped with
+ * pl__file_put, which may close it on the daemon), its gr_file in *f and
+ * its size (fixed at open) in *size; NULL when fd is not served. */
+struct gr_file;
+PL_HIDDEN void *pl__file_get(int fd, struct gr_file **f, long long *size);
+PL_HIDDEN void pl__file_put(void *pf);
+
+/* Mark this thread inside libgranary (every wrapper then calls the real
+ * function) and back; they nest. */
+PL_HIDDEN void pl__busy_enter(void);
+PL_HIDDEN void pl__busy_leave(void);
+
+/* Non-zero while this thread is inside libgranary or the shim's own
+ * bookkeeping (then every wrapper calls the real function). */
+PL_HIDDEN int pl__busy(void);
+
+#endif
