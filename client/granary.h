@@ -472,7 +472,8 @@ int gr_ckpt_fd(gr_ckpt *k);
  * create it), ENOENT (its directory is missing), EISDIR, ENOSPC (staging
  * full: nothing was lost, nothing was staged), EBUSY, EPERM (the daemon
  * cannot write as the caller), EROFS (checkpoints off).  After a failure k
- * may be committed again.
+ * may be committed again (once the daemon has seen the memfd it is sealed:
+ * further writes fail with EPERM).
  */
 int gr_ckpt_commit(gr_ckpt *k);
 /* Stage the bytes of fd (a readable regular file; borrowed) for dest, as

@@ -99,6 +99,8 @@ int main(int argc, char **argv)
         }
         gr_ckpt_free(&k);
         gr_disconnect(c);
+        free(buf);
+        free(got);
         return 0;
     }
     size = strtoull(argv[3], NULL, 0);
@@ -125,6 +127,8 @@ int main(int argc, char **argv)
         }
         printf("blocked_s %.3f\n", now() - t0);
         close(fd);
+        free(buf);
+        free(got);
         return 0;
     }
     if (!strcmp(argv[1], "check")) {
@@ -139,6 +143,8 @@ int main(int argc, char **argv)
                 return 1;
         }
         close(fd);
+        free(buf);
+        free(got);
         return 0;
     }
     return 2;
