@@ -53,7 +53,7 @@ PROTO_SRC  := proto/proto.c
 # common/: the helpers daemon, client and tools share (one copy each).
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*/*.c)
-CLIENT_SRC := client/granary.c client/lcache.c client/meta.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
+CLIENT_SRC := client/granary.c client/lcache.c client/meta.c client/ckpt.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
 # bench/kv.c (memcached and Redis clients) and bench/util.c (clock, random,
@@ -72,7 +72,7 @@ TESTS      := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 # Reliability test tools (tests/test_torture.sh, test_faults.sh, test_soak.sh)
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
-              $(B)/tests/isolation_probe $(B)/tests/an_workload \
+              $(B)/tests/isolation_probe $(B)/tests/an_workload $(B)/tests/ckpt_writer \
               $(B)/tests/libfaultinject.so \
               $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
 

@@ -22,6 +22,8 @@
 #  10. bench/imagefolder.sh  samples/s of an ImageFolder epoch (JPEG decode
 #                      included): torchvision plain, under the shim, and
 #                      granary.torch.GranaryImageFolder, cold and warm, on MooseFS
+#  10. bench/ckpt.sh   time a job is blocked writing a 1 GiB and a 4 GiB checkpoint
+#                      through Granary beside writing it to MooseFS directly
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
@@ -66,9 +68,13 @@ TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
   bench/imagefolder.sh "$imgf" | grep -v '^IMGF_'; } > "$OUT/imagefolder.md" 2>&1 ||
     echo "imagefolder: failed (see $OUT/imagefolder.md)" >> "$OUT/imagefolder.md"
 
+{ echo "## Checkpoint writes: blocked time (bench/ckpt.sh dfs)"; echo; echo '```';
+  bench/ckpt.sh dfs "1073741824 4294967296"; echo '```'; } > "$OUT/ckpt.md" 2>&1 ||
+    echo "ckpt: failed (see $OUT/ckpt.md)" >> "$OUT/ckpt.md"
+
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation fio touch meta imagefolder; do
+    for part in local hot sim warmup isolation fio touch meta imagefolder ckpt; do
         echo
         cat "$OUT/$part.md"
     done

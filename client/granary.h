@@ -419,6 +419,81 @@ int gr_gpu_get_stats(gr_client *c, gr_gpu_stats *st);
  * with errno (ENODEV ...) and the reason in buf. */
 int gr_gpu_info(gr_client *c, char *buf, size_t len);
 
+/* ---- checkpoints: staged on the node, published atomically ----
+ *
+ * A checkpoint is written at local speed into a memfd this library makes
+ * (no socket traffic per write), then committed: the memfd travels to the
+ * daemon (SCM_RIGHTS), which seals it against writes, copies it onto the
+ * node's NVMe under <[nvme] path>/checkpoints/, fsyncs it and answers
+ * ("local").  The daemon then drains it in the background: a second copy
+ * in its [checkpoint] replica_dir if one is configured ("replicated"),
+ * then the destination, written as the calling user (the kernel judges
+ * the peer's uid, gid and groups), into a temporary name beside it,
+ * fsynced, renamed into place, its directory fsynced ("published").  A
+ * reader sees the old destination or the new one, never a torn one.
+ * Drains survive a daemon restart.  The destination must lie under one of
+ * the daemon's roots and the caller must be allowed to create it.
+ */
+#define GR_CKPT_STAGED     0   /* on the node, not yet acknowledged */
+#define GR_CKPT_LOCAL      1   /* on the node's NVMe, fsynced */
+#define GR_CKPT_REPLICATED 2   /* and in the second failure domain (replica_dir) */
+#define GR_CKPT_PUBLISHED  3   /* at its destination */
+#define GR_CKPT_FAILED     4   /* lost (the staged copy failed its checksum) */
+
+typedef struct gr_ckpt gr_ckpt;
+
+/* One checkpoint's state, as the daemon tells it. */
+typedef struct gr_ckpt_info {
+    uint64_t id;
+    int state;                      /* GR_CKPT_* */
+    int durable;                    /* replicated (with a replica_dir) or published */
+    uint64_t size;
+    uint64_t drained;               /* bytes of the current drain copied */
+    unsigned attempts;              /* drains that failed (each is retried) */
+    unsigned uid;
+    char dest[4096];
+    char error[256];                /* the last drain failure, "" if none */
+} gr_ckpt_info;
+
+/* A new, empty checkpoint for dest (nothing is sent yet).  NULL with
+ * errno (EINVAL: dest not absolute or too long; ENOMEM, EMFILE). */
+gr_ckpt *gr_ckpt_create(gr_client *c, const char *dest);
+/* Write len bytes at off (any order; holes read as zeros).  Like pwrite:
+ * the bytes written, or -1 with errno (EBADF after commit). */
+ssize_t gr_ckpt_pwrite(gr_ckpt *k, const void *buf, size_t len, off_t off);
+/* The memfd behind k, for writers that want a file descriptor (write(2),
+ * or open("/proc/self/fd/N")); owned by k, valid until commit.  Unmap any
+ * writable mapping of it before gr_ckpt_commit (EBUSY otherwise). */
+int gr_ckpt_fd(gr_ckpt *k);
+/*
+ * Hand the bytes to the daemon and return once they are local (fsynced on
+ * the node); the memfd is closed.  0, or -1 with errno and
+ * gr_strerror_last: EACCES (dest under no root, or the caller may not
+ * create it), ENOENT (its directory is missing), EISDIR, ENOSPC (staging
+ * full: nothing was lost, nothing was staged), EBUSY, EPERM (the daemon
+ * cannot write as the caller), EROFS (checkpoints off).  After a failure k
+ * may be committed again (once the daemon has seen the memfd it is sealed:
+ * further writes fail with EPERM).
+ */
+int gr_ckpt_commit(gr_ckpt *k);
+/* Stage the bytes of fd (a readable regular file; borrowed) for dest, as
+ * commit does: a committed handle, or NULL with errno.  granaryctl put. */
+gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest);
+/* The daemon's id of a committed checkpoint (0 before commit). */
+uint64_t gr_ckpt_id(const gr_ckpt *k);
+/* Free k (committed or not: a committed checkpoint drains on).  NULL-safe. */
+void gr_ckpt_free(gr_ckpt **k);
+
+/* Checkpoint id's state.  0, or -1 with errno (ENOENT: no such checkpoint
+ * of the caller's; root and the admin group see everyone's). */
+int gr_ckpt_status(gr_client *c, uint64_t id, gr_ckpt_info *out);
+/* Wait until checkpoint id reaches state (GR_CKPT_LOCAL ... PUBLISHED) or
+ * timeout_ms passes (< 0: forever).  0, or -1 with errno: ETIMEDOUT, EIO
+ * (it failed), or gr_ckpt_status's.  Polls every 10 to 100 ms. */
+int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms);
+
+#define GR_ADMIN_CKPT_LIST 15      /* "id" (optional) -> per checkpoint "id", "dest", "state", ... */
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,6 +150,8 @@ struct proto_msg;
 typedef long (*gr__enc_fn)(void *arg, uint8_t *buf, size_t cap, uint32_t id);
 typedef int (*gr__dec_fn)(void *arg, const struct proto_msg *m);
 int gr__call(gr_client *c, uint8_t op, gr__enc_fn enc, gr__dec_fn dec, void *arg);
+/* gr__call with fd (borrowed) passed along with the request (SCM_RIGHTS). */
+int gr__call_fd(gr_client *c, uint8_t op, int fd, gr__enc_fn enc, gr__dec_fn dec, void *arg);
 
 /* The client's attribute cache (meta.c): made at gr_connect, freed at
  * gr_disconnect. */

@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -60,6 +61,10 @@ static void usage(FILE *out)
             "                     how each job reads (its class and figures) and what to set\n"
             "  analyze --tree DIR [--chunk SIZE] [--json] [--plot OUTDIR]\n"
             "                     the same for a directory tree, offline\n"
+            "  put SRC DEST [--wait] [--timeout S]\n"
+            "                     stage SRC as a checkpoint for DEST (returns once it is on the\n"
+            "                     node's NVMe; --wait: once DEST is published)\n"
+            "  ckpt list          checkpoints and their states;  ckpt status ID  one of them\n"
             "options:\n"
             "  -s, --socket PATH  the daemon's socket (default: $GRANARY_SOCKET, else the\n"
             "                     [daemon] socket of /etc/granary/granary.conf)\n"
@@ -1427,6 +1432,193 @@ static int cmd_analyze(int argc, char **argv)
     return rc;
 }
 
+/* DEST as an absolute path: relative ones are taken from the current
+ * directory (resolved: the daemon does not resolve ".." or links). */
+static int abs_dest(const char *d, char *out, size_t len)
+{
+    char parent[PATH_MAX], rp[PATH_MAX];
+    const char *slash = strrchr(d, '/'), *base = slash ? slash + 1 : d;
+
+    if (!*base)
+        return -EISDIR;
+    if (slash == d)
+        snprintf(parent, sizeof(parent), "/");
+    else
+        snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - d) : 1, slash ? d : ".");
+    if (!realpath(parent, rp)) {
+        /* An absolute path goes as it is: the daemon judges it. */
+        if (d[0] != '/')
+            return -errno;
+        if (strlen(d) >= len)
+            return -ENAMETOOLONG;
+        strcpy(out, d);
+        return 0;
+    }
+    if ((size_t)snprintf(out, len, "%s/%s", strcmp(rp, "/") ? rp : "", base) >= len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+static const char *const ckpt_states[] = { "staged", "local", "replicated", "published", "failed" };
+
+static void print_ckpt(const gr_ckpt_info *i)
+{
+    printf("%" PRIu64 "\t%s\t%s\t%" PRIu64 "\t%u\t%s%s%s\n", i->id,
+           i->state >= 0 && i->state <= 4 ? ckpt_states[i->state] : "?",
+           i->durable ? "durable" : "not-durable", i->size, i->attempts, i->dest,
+           i->error[0] ? "\terror: " : "", i->error);
+}
+
+static int cmd_put(int argc, char **argv)
+{
+    int wait = 0, fd, rc = 0;
+    long timeout_ms = -1;
+    char dest[PATH_MAX];
+    const char *src = NULL, *dst = NULL;
+    gr_ckpt *k;
+    gr_client *c;
+    gr_ckpt_info info;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--wait")) {
+            wait = 1;
+        } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+            char *end;
+            double v = strtod(argv[++i], &end);
+            if (*end || v < 0) {
+                fprintf(stderr, "granaryctl: put: --timeout takes seconds\n");
+                return EXIT_USAGE;
+            }
+            timeout_ms = (long)(v * 1000);
+        } else if (!strcmp(argv[i], "--help")) {
+            printf("usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n");
+            return 0;
+        } else if (!src) {
+            src = argv[i];
+        } else if (!dst) {
+            dst = argv[i];
+        } else {
+            src = NULL;
+            break;
+        }
+    }
+    if (!src || !dst) {
+        fprintf(stderr, "usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n");
+        return EXIT_USAGE;
+    }
+    if ((rc = abs_dest(dst, dest, sizeof(dest))) < 0) {
+        fprintf(stderr, "granaryctl: put: %s: %s\n", dst, strerror(-rc));
+        return EXIT_FAIL;
+    }
+    fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "granaryctl: put: %s: %s\n", src, strerror(errno));
+        return EXIT_FAIL;
+    }
+    c = connect_or_die();
+    k = gr_ckpt_put_fd(c, fd, dest);
+    close(fd);
+    if (!k) {
+        int e = errno;
+        fprintf(stderr, "granaryctl: put %s: %s\n", dest, gr_strerror_last(c));
+        gr_disconnect(c);
+        return e == EPERM || e == EACCES ? EXIT_DENIED : EXIT_FAIL;
+    }
+    printf("checkpoint %" PRIu64 ": local (on the node's NVMe) for %s\n", gr_ckpt_id(k), dest);
+    if (wait) {
+        if (gr_ckpt_wait(c, gr_ckpt_id(k), GR_CKPT_PUBLISHED, (int)timeout_ms) < 0) {
+            int e = errno;
+            if (gr_ckpt_status(c, gr_ckpt_id(k), &info) == 0 && info.error[0])
+                fprintf(stderr, "granaryctl: put %s: not published yet (%s): %s\n", dest,
+                        strerror(e), info.error);
+            else
+                fprintf(stderr, "granaryctl: put %s: %s\n", dest,
+                        e == ETIMEDOUT ? "not published before the timeout" : gr_strerror_last(c));
+            rc = EXIT_FAIL;
+        } else {
+            printf("checkpoint %" PRIu64 ": published %s\n", gr_ckpt_id(k), dest);
+        }
+    }
+    gr_ckpt_free(&k);
+    gr_disconnect(c);
+    return rc;
+}
+
+static int cmd_ckpt(int argc, char **argv)
+{
+    gr_field arg, *f = NULL;
+    size_t n = 0;
+    gr_client *c;
+    int rc = 0;
+
+    if (argc == 3 && !strcmp(argv[1], "status")) {
+        char *end;
+        unsigned long long id = strtoull(argv[2], &end, 10);
+        gr_ckpt_info info;
+        if (*end || id == 0) {
+            fprintf(stderr, "granaryctl: ckpt status: \"%s\" is not a checkpoint id\n", argv[2]);
+            return EXIT_USAGE;
+        }
+        c = connect_or_die();
+        if (gr_ckpt_status(c, id, &info) < 0) {
+            fprintf(stderr, "granaryctl: ckpt status %llu: %s\n", id,
+                    errno == ENOENT ? "no such checkpoint" : gr_strerror_last(c));
+            rc = EXIT_FAIL;
+        } else {
+            print_ckpt(&info);
+        }
+        gr_disconnect(c);
+        return rc;
+    }
+    if (argc != 2 || strcmp(argv[1], "list")) {
+        fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
+                "usage: granaryctl ckpt list | ckpt status ID\n"
+                "  one line per checkpoint: ID STATE DURABLE SIZE FAILED-DRAINS DEST [error: ...]\n");
+        return argc == 2 && !strcmp(argv[1], "--help") ? 0 : EXIT_USAGE;
+    }
+    (void)arg;
+    c = connect_or_die();
+    if (gr_admin(c, GR_ADMIN_CKPT_LIST, NULL, 0, &f, &n) < 0) {
+        fprintf(stderr, "granaryctl: ckpt list: %s\n", gr_strerror_last(c));
+        rc = EXIT_FAIL;
+    } else {
+        gr_ckpt_info info;
+        int have = 0;
+        for (size_t i = 0; i <= n; i++) {
+            if (i == n || !strcmp(f[i].name, "id")) {
+                if (have)
+                    print_ckpt(&info);
+                if (i == n)
+                    break;
+                memset(&info, 0, sizeof(info));
+                info.id = f[i].num;
+                have = 1;
+                continue;
+            }
+            if (!strcmp(f[i].name, "state") && f[i].is_text) {
+                for (int s = 0; s < 5; s++)
+                    if (!strcmp(f[i].text, ckpt_states[s]))
+                        info.state = s;
+            } else if (!strcmp(f[i].name, "dest") && f[i].is_text) {
+                snprintf(info.dest, sizeof(info.dest), "%s", f[i].text);
+            } else if (!strcmp(f[i].name, "error") && f[i].is_text) {
+                snprintf(info.error, sizeof(info.error), "%s", f[i].text);
+            } else if (!strcmp(f[i].name, "size")) {
+                info.size = f[i].num;
+            } else if (!strcmp(f[i].name, "attempts")) {
+                info.attempts = (unsigned)f[i].num;
+            } else if (!strcmp(f[i].name, "durable")) {
+                info.durable = f[i].num != 0;
+            }
+        }
+        if (n == 0)
+            printf("no checkpoints\n");
+    }
+    free(f);
+    gr_disconnect(c);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -1482,6 +1674,10 @@ int main(int argc, char **argv)
         return cmd_stat(argc, argv);
     if (!strcmp(argv[0], "ls"))
         return cmd_ls(argc, argv);
+    if (!strcmp(argv[0], "put"))
+        return cmd_put(argc, argv);
+    if (!strcmp(argv[0], "ckpt"))
+        return cmd_ckpt(argc, argv);
     if (!strcmp(argv[0], "analyze"))
         return cmd_analyze(argc, argv);
     fprintf(stderr, "granaryctl: unknown command \"%s\" (try --help)\n", argv[0]);

@@ -38,6 +38,7 @@
 #include "warmup.h"
 #include "datasets.h"
 #include "workers.h"
+#include "ckpt.h"
 
 #define DEFAULT_CONFIG "/etc/granary/granary.conf"
 #define WRITEBACK_MAX (256ull << 20)    /* bytes queued for NVMe before skipping */
@@ -151,6 +152,7 @@ int main(int argc, char **argv)
     proofs *pr = NULL;
     warmup *wu = NULL;
     datasets *dsets = NULL;
+    ckpts *ck = NULL;
     server *srv = NULL;
     metrics *met = NULL;
     FILE *trace = NULL;
@@ -285,6 +287,21 @@ int main(int argc, char **argv)
         if (datasets_count(dsets))
             log_info("%u registered datasets", datasets_count(dsets));
     }
+    if (cfg.nvme_path[0] && cfg.ckpt_capacity) {
+        char dir[PATH_MAX + 16];
+        ckpt_config kc = {
+            .dir = dir, .replica_dir = cfg.ckpt_replica_dir, .capacity = cfg.ckpt_capacity,
+            .bandwidth = cfg.ckpt_bandwidth, .demand = !strcmp(cfg.ckpt_priority, "demand"),
+            .roots = (const char (*)[PATH_MAX])cfg.roots, .nroots = cfg.nroots,
+        };
+        snprintf(dir, sizeof(dir), "%s/checkpoints", cfg.nvme_path);
+        if (ckpt_new(base, w, &stats, &kc, &ck, err, sizeof(err)) < 0) {
+            log_error("%s", err);
+            goto fail;
+        }
+    } else {
+        log_info("checkpoints off (they need [nvme] path and [checkpoint] capacity)");
+    }
     if (cfg.trace_file[0]) {
         trace = fopen(cfg.trace_file, "ae");
         if (!trace) {
@@ -315,6 +332,7 @@ int main(int argc, char **argv)
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w, .pr = pr,
             .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats, .jg = jg, .ds = dsets,
+            .ck = ck,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
             log_error("%s", err);
@@ -368,9 +386,11 @@ fail:
     warmup_shutdown(wu);
     if (dsets)
         datasets_shutdown(dsets);
+    ckpt_shutdown(ck);
     if (sc)
         sched_drain(sc);
     workers_stop(&w);
+    ckpt_free(&ck);
     server_free(&srv);
     warmup_free(&wu);
     datasets_free(&dsets);

@@ -30,6 +30,7 @@ static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_OPENX] = "openx",
     [PROTO_OP_STAT] = "stat",
     [PROTO_OP_READDIR] = "readdir",
+    [PROTO_OP_CKPT_PUT] = "ckpt_put",
 };
 
 const char *proto_op_name(unsigned op)
@@ -301,6 +302,12 @@ static int dec_request(proto_msg *m, const uint8_t *b)
         m->u.recs.len = n;
         return 0;
     }
+    case PROTO_OP_CKPT_PUT:
+        if (n == 0 || check_records(b, n) < 0)
+            return -EPROTO;
+        m->u.recs.p = b;
+        m->u.recs.len = n;
+        return 0;
     case PROTO_OP_RELEASE:
         if (n == 0 || n % 4)
             return -EPROTO;
@@ -399,6 +406,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     case PROTO_OP_ADMIN:
     case PROTO_OP_HINT:
     case PROTO_OP_REPORT:
+    case PROTO_OP_CKPT_PUT:
         if (check_records(b, n) < 0)
             return -EPROTO;
         m->u.recs.p = b;
@@ -884,13 +892,27 @@ ssize_t proto_enc_report(void *buf, size_t cap, uint32_t req_id, const void *rec
     return (ssize_t)(PROTO_HDR_LEN + len);
 }
 
+ssize_t proto_enc_ckpt_put(void *buf, size_t cap, uint32_t req_id, const void *recs, size_t len)
+{
+    uint8_t *b;
+
+    if (len == 0 || len > PROTO_MAX_BODY || check_records(recs, len) < 0)
+        return -EMSGSIZE;
+    b = enc_begin(buf, cap, PROTO_OP_CKPT_PUT, 0, req_id, 0, len);
+    if (!b)
+        return -EMSGSIZE;
+    if (b != recs)
+        memmove(b, recs, len);
+    return (ssize_t)(PROTO_HDR_LEN + len);
+}
+
 ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
                           size_t len)
 {
     uint8_t *b;
 
     if ((op != PROTO_OP_STATS && op != PROTO_OP_ADMIN && op != PROTO_OP_HINT &&
-         op != PROTO_OP_REPORT) ||
+         op != PROTO_OP_REPORT && op != PROTO_OP_CKPT_PUT) ||
         (len && check_records(recs, len) < 0))
         return -EMSGSIZE;
     b = enc_begin(buf, cap, op, PROTO_F_REPLY, req_id, 0, len);

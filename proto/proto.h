@@ -55,6 +55,7 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_DATASET_REMOVE = 12, /* unregister one (admin only) */
     PROTO_ADMIN_DATASET_RESCAN = 13, /* scan one again now (admin only) */
     PROTO_ADMIN_ANALYZE = 14,   /* how each job reads, and what to set (anyone: own jobs) */
+    PROTO_ADMIN_CKPT_LIST = 15,     /* checkpoints and their states (anyone: their own) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 
@@ -102,6 +103,7 @@ typedef enum proto_op {
     PROTO_OP_OPENX = 11,  /* open and read in one round trip (or read by path) */
     PROTO_OP_STAT  = 12,  /* a path's attributes, from a registered dataset's manifest */
     PROTO_OP_READDIR = 13, /* a directory's entries (and attributes), paged, from a manifest */
+    PROTO_OP_CKPT_PUT = 14, /* stage a checkpoint from the fd it carries, for a destination */
     PROTO_OP_MAX_
 } proto_op;
 
@@ -231,8 +233,9 @@ typedef struct proto_msg {
         struct {
             const uint8_t *p;              /* records, checked: see proto_rec_next */
             uint32_t len;
-        } recs;                            /* STATS, ADMIN, HINT and REPORT replies;
-                                            * REPORT request (all PROTO_REC_U64) */
+        } recs;                            /* STATS, ADMIN, HINT, REPORT and CKPT_PUT
+                                            * replies; REPORT request (all PROTO_REC_U64);
+                                            * CKPT_PUT request */
         struct {
             uint32_t flags;                /* PROTO_HINT_* */
             uint32_t count;
@@ -315,7 +318,10 @@ ssize_t proto_enc_admin(void *buf, size_t cap, uint32_t req_id, uint8_t cmd, con
  * counter's growth since the sender's previous REPORT (checked: every
  * record PROTO_REC_U64, at most PROTO_MAX_REPORT of them). */
 ssize_t proto_enc_report(void *buf, size_t cap, uint32_t req_id, const void *recs, size_t len);
-/* A reply of op (STATS, ADMIN, HINT, REPORT) whose body is len bytes of
+/* CKPT_PUT request: len bytes of records ("dest" STR), checked, at least
+ * one.  The checkpoint's bytes travel as the message's one fd. */
+ssize_t proto_enc_ckpt_put(void *buf, size_t cap, uint32_t req_id, const void *recs, size_t len);
+/* A reply of op (STATS, ADMIN, HINT, REPORT, CKPT_PUT) whose body is len bytes of
  * records (checked), status 0. */
 ssize_t proto_enc_records(void *buf, size_t cap, uint8_t op, uint32_t req_id, const void *recs,
                           size_t len);

@@ -1523,6 +1523,61 @@ END_TEST
 /* REPORT (client counters): a round trip of number records, every prefix
  * "need more", the PROTO_MAX_REPORT limit both ways, text records and
  * malformed ones refused; the reply is an empty records body. */
+/* CKPT_PUT (PROTOCOL.md): records both ways, at least one in a request;
+ * partial input, a hostile record length, an empty body. */
+START_TEST(test_ckpt_put)
+{
+    static uint8_t b[PROTO_HDR_LEN + PROTO_MAX_BODY], recs[8192];
+    proto_msg m;
+    proto_rec r;
+    size_t used, off = 0, ro = 0;
+    ssize_t n;
+
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "dest", "/data/ck/m.pt", 13), 0);
+    n = proto_enc_ckpt_put(b, sizeof(b), 9, recs, off);
+    ck_assert_int_eq(n, PROTO_HDR_LEN + 1 + 4 + 1 + 4 + 13);
+    ck_assert_uint_eq(b[5], 14);                        /* the opcode's number on the wire */
+    check_prefixes(b, (size_t)n);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.op, PROTO_OP_CKPT_PUT);
+    ck_assert_uint_eq(m.h.req_id, 9);
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 1);
+    ck_assert(proto_rec_is(&r, "dest"));
+    ck_assert_uint_eq(r.kind, PROTO_REC_STR);
+    ck_assert_int_eq(memcmp(r.str, "/data/ck/m.pt", 13), 0);
+    ck_assert_str_eq(proto_op_name(PROTO_OP_CKPT_PUT), "ckpt_put");
+    /* no records: refused by the encoder and the decoder */
+    ck_assert_int_eq(proto_enc_ckpt_put(b, sizeof(b), 1, NULL, 0), -EMSGSIZE);
+    proto_encode_hdr(b, PROTO_OP_CKPT_PUT, 0, 1, 0, 0);
+    ck_assert_int_eq(dec(b, PROTO_HDR_LEN, &m, &used), -EPROTO);
+    /* a record whose length runs past the body */
+    n = proto_enc_ckpt_put(b, sizeof(b), 2, recs, off);
+    b[PROTO_HDR_LEN + 6] = 0xff;                        /* the STR length's low byte */
+    b[PROTO_HDR_LEN + 9] = 0x7f;                        /* and its high byte */
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), -EPROTO);
+    /* the reply: records */
+    off = 0;
+    ck_assert_int_eq(proto_rec_u64(recs, sizeof(recs), &off, "id", 3), 0);
+    ck_assert_int_eq(proto_rec_str(recs, sizeof(recs), &off, "state", "local", 5), 0);
+    n = proto_enc_records(b, sizeof(b), PROTO_OP_CKPT_PUT, 9, recs, off);
+    ck_assert_int_gt(n, 0);
+    check_prefixes(b, (size_t)n);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.flags, PROTO_F_REPLY);
+    ro = 0;
+    ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 1);
+    ck_assert(proto_rec_is(&r, "id"));
+    ck_assert_uint_eq(r.u64, 3);
+    /* ADMIN CKPT_LIST is command 15, and 16 is no command */
+    ck_assert_uint_eq(PROTO_ADMIN_CKPT_LIST, 15);
+    n = proto_enc_admin(b, sizeof(b), 5, PROTO_ADMIN_CKPT_LIST, NULL, 0);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.u.admin.cmd, 15);
+    b[PROTO_HDR_LEN] = 16;
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), -EPROTO);
+}
+END_TEST
+
 START_TEST(test_report)
 {
     static uint8_t b[PROTO_HDR_LEN + PROTO_MAX_BODY], recs[4096];
@@ -1644,6 +1699,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_readx_release);
     tcase_add_test(tc, test_admin);
     tcase_add_test(tc, test_report);
+    tcase_add_test(tc, test_ckpt_put);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -772,9 +772,9 @@ START_TEST(test_analyze_from_the_spec)
     len = proto_enc_admin(req, sizeof(req), 3, PROTO_ADMIN_ANALYZE, recs, off);
     ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
     ck_assert_int_eq(m.h.status, -ENOENT);
-    /* the command after ANALYZE does not exist: the decoder refuses it */
+    /* the command after the last (CKPT_LIST, 15) does not exist: the decoder refuses it */
     len = proto_enc_admin(req, sizeof(req), 4, PROTO_ADMIN_ANALYZE, NULL, 0);
-    req[PROTO_HDR_LEN] = PROTO_ADMIN_ANALYZE + 1;
+    req[PROTO_HDR_LEN] = PROTO_ADMIN_MAX_;
     ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
     ck_assert_int_eq(m.h.status, -EPROTO);
     /* 600 random 4 KiB READs */

@@ -10,7 +10,8 @@
 # hinting a torchvision ImageFolder every epoch and warning, never raising,
 # over datasets it cannot hint) and python/tests/test_fs.py (granary.fs:
 # walk, stat, scandir, listdir from a registered dataset's manifest, against
-# os's answers for the same tree); the DataLoader tests only where torch is
+# os's answers for the same tree), python/tests/test_ckpt.py (granary.ckpt.save
+# publishing what its saver wrote, status, wait, refusals); the DataLoader tests only where torch is
 # installed (make test's deps.sh installs python3-torch), with a SKIP line
 # otherwise.
 # Then the example training loop for a few samples.  Python is Debian's,
@@ -24,7 +25,7 @@ mkdir -p "$dir/src" "$dir/src/example"
 write_conf
 start_daemon
 
-for suite in test_client test_hints test_vision test_fs; do
+for suite in test_client test_hints test_vision test_fs test_ckpt; do
     GRANARY_SOCKET="$dir/sock" GRANARY_TEST_ROOT="$dir/src" PYTHONPATH=python \
         timeout 60 $PY python/tests/$suite.py -v > "$dir/$suite.log" 2>&1
     rc=$?

@@ -64,6 +64,7 @@ typedef struct config_key {
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const access_checks[] = { "fd", "judge", "none", NULL };
+static const char *const ckpt_priorities[] = { "background", "demand", NULL };
 static const char *const huge_pages_modes[] = { "auto", "hugetlb", "thp", "off", NULL };
 
 /* Eviction policies each tier implements.  Add a name here when a tier
@@ -145,6 +146,17 @@ static const config_key config_keys[] = {
     { "dataset", "max_entries", KT_INT, 0, FIELD(dataset_max_entries), 16, 1 << 30, NULL,
       "16777216", "files and directories one registered dataset may hold (a scan holds about 100 "
       "bytes each in memory until its manifest is written); a bigger tree fails its scan", CONFIG_RESTART },
+    { "checkpoint", "capacity", KT_SIZE, 0, FIELD(ckpt_capacity), 0, UINT64_MAX, NULL,
+      "16G", "bytes of checkpoints staged under [nvme] path/checkpoints and not yet published; a "
+      "checkpoint that does not fit is refused (ENOSPC); 0 turns checkpoints off", CONFIG_RESTART },
+    { "checkpoint", "drain_bandwidth", KT_SIZE, 0, FIELD(ckpt_bandwidth), 0, UINT64_MAX, NULL,
+      "0", "bytes per second checkpoint drains write to the DFS (replica and destination); 0: "
+      "unlimited", CONFIG_RESTART },
+    { "checkpoint", "drain_priority", KT_CHOICE, 0, FIELD(ckpt_priority), 0, 0, ckpt_priorities,
+      "background", "I/O queue of the drains: background (behind every read) or demand", CONFIG_RESTART },
+    { "checkpoint", "replica_dir", KT_PATH, KF_EMPTY_OK, FIELD(ckpt_replica_dir), 0, 0, NULL,
+      "", "directory (another failure domain: a second DFS) that gets a copy of each checkpoint "
+      "before it is published; a checkpoint is durable once replicated; empty: none", CONFIG_RESTART },
     { "metrics", "listen", KT_PATH, KF_EMPTY_OK, FIELD(metrics_listen), 0, 0, NULL,
       "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off", CONFIG_RESTART },
 };

@@ -60,6 +60,11 @@ typedef struct gr_config {
     uint64_t nvme_capacity;    /* bytes, hard limit on disk */
     char nvme_policy[16];      /* lru */
     uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
+    /* [checkpoint] */
+    uint64_t ckpt_capacity;    /* bytes of checkpoints staged and not yet published; 0 = off */
+    uint64_t ckpt_bandwidth;   /* drain bytes per second; 0 = unlimited */
+    char ckpt_priority[16];    /* background | demand: the I/O queue drains use */
+    char ckpt_replica_dir[PATH_MAX]; /* second copy before publishing; "" = none */
     /* [metrics] */
     /* [dataset] */
     int dataset_max_entries;   /* entries one registered dataset's manifest may hold */

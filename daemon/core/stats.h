@@ -58,6 +58,12 @@
     X(counter, warmup_chunks_skipped, "chunks warmup found cached already") \
     X(counter, warmup_failed,        "files warmup could not cache") \
     X(counter, dram_segment_renewals, "arena segments given a fresh memfd as they passed to another uid") \
+    X(counter, ckpt_puts,            "checkpoints staged on the node (fsynced and acknowledged)") \
+    X(counter, ckpt_bytes_staged,    "bytes of checkpoints staged") \
+    X(counter, ckpt_published,       "checkpoints published at their destination (renamed, directory fsynced)") \
+    X(counter, ckpt_bytes_drained,   "bytes copied by checkpoint drains (replicas and destinations)") \
+    X(counter, ckpt_drain_errors,    "checkpoint drain attempts that failed (the staged copy is kept and retried)") \
+    X(counter, ckpt_refused,         "checkpoints refused because staging was full (ENOSPC)") \
     X(counter, access_denied,        "opens refused: no or a wrong access proof (the client's own fd)") \
     X(counter, connections_total,    "client connections accepted") \
     X(counter, connections_refused,  "client connections refused (max_clients, max_clients_per_uid, unidentified peer)") \

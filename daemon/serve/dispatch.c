@@ -36,6 +36,7 @@ static const op_row op_table[] = {
     { PROTO_OP_OPENX,   op_openx,   0, 1, 0 },   /* the access proof */
     { PROTO_OP_STAT,    op_stat,    0, 0, 0 },   /* from a manifest, judged */
     { PROTO_OP_READDIR, op_readdir, 0, 0, 0 },
+    { PROTO_OP_CKPT_PUT, op_ckpt_put, 0, 1, 0 }, /* the checkpoint's bytes */
 };
 
 static const op_row *row_of(uint8_t op)

@@ -24,7 +24,7 @@ static int admin_only(uint8_t cmd)
 {
     return cmd != PROTO_ADMIN_HEALTH && cmd != PROTO_ADMIN_CONFIG &&
            cmd != PROTO_ADMIN_WARMUP_STATUS && cmd != PROTO_ADMIN_DATASET_LIST &&
-           cmd != PROTO_ADMIN_ANALYZE;
+           cmd != PROTO_ADMIN_ANALYZE && cmd != PROTO_ADMIN_CKPT_LIST;
 }
 
 /* An ADMIN path command or HEALTH in flight. */
@@ -644,6 +644,10 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
 
     (void)fds;
     (void)nfds;
+    if (cmd == PROTO_ADMIN_CKPT_LIST) {    /* its own arguments */
+        op_ckpt_list(c, m);
+        return;
+    }
     if (admin_only(cmd) && !c->is_admin) {
         reply_error(c, PROTO_OP_ADMIN, m->h.req_id, -EPERM,
                     "admin commands are for root and the [daemon] admin_group");

@@ -39,7 +39,7 @@
 #define CONN_READ_BATCH    64            /* messages taken per wake-up, for fairness */
 #define CONN_MAX_LEASES    65536         /* leases per connection, whatever their bytes */
 #define CONN_MAX_GROUPS    64            /* supplementary groups kept per peer */
-#define CONN_MAX_FDS       1             /* fds one request may carry (OPEN's proof) */
+#define CONN_MAX_FDS       1             /* fds one request may carry (OPEN's proof, a checkpoint) */
 #define READ_MAX_CHUNKS    PROTO_MAX_EXTENTS /* chunks one READ/READX may touch */
 
 /* One reply waiting to be sent: a header (and small body) in buf, or an
@@ -227,6 +227,9 @@ void op_hint(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_hint.c 
 void op_admin(conn *c, const proto_msg *m, int *fds, int nfds);    /* op_admin.c */
 void op_stat(conn *c, const proto_msg *m, int *fds, int nfds);     /* op_meta.c */
 void op_readdir(conn *c, const proto_msg *m, int *fds, int nfds);
+void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds);  /* op_ckpt.c */
+/* ADMIN CKPT_LIST (op_admin routes it here). */
+void op_ckpt_list(conn *c, const proto_msg *m);
 
 /* ---- op_meta.c: answers from the datasets' manifests ---- */
 

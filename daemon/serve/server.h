@@ -29,6 +29,7 @@
 #include "datasets.h"
 #include "judge.h"
 #include "workers.h"
+#include "ckpt.h"
 
 typedef struct server server;
 
@@ -46,6 +47,7 @@ typedef struct server_deps {
     warmup *wu;
     judge *jg;                  /* access_check = judge: OPEN, STAT and READDIR judged here */
     datasets *ds;               /* registered datasets (manifests) */
+    ckpts *ck;                  /* checkpoint staging; NULL when off */
     gr_stats *stats;
 } server_deps;
 

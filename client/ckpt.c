@@ -1,0 +1,273 @@
+/*
+ * ckpt.c - libgranary's checkpoint calls (granary.h, "checkpoints"): a
+ * memfd the caller fills at memory speed, committed by passing it to the
+ * daemon (CKPT_PUT, SCM_RIGHTS), and the state of a checkpoint (ADMIN
+ * CKPT_LIST).
+ *
+ * Why a memfd and not a staging file of the daemon's or bytes over the
+ * socket: the writer pays one memory copy and no round trip per write; the
+ * daemon seals the memfd (F_SEAL_WRITE) before reading it, so the bytes it
+ * stages and checksums cannot change under it, and the client never gets a
+ * writable fd into the daemon's cache directory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "granary.h"
+#include "granary_int.h"
+#include "proto.h"
+
+struct gr_ckpt {
+    gr_client *c;
+    int fd;                     /* the memfd; -1 after commit */
+    uint64_t id;
+    char dest[PROTO_MAX_PATH + 1];
+};
+
+gr_ckpt *gr_ckpt_create(gr_client *c, const char *dest)
+{
+    size_t len = dest ? strlen(dest) : 0;
+    gr_ckpt *k;
+
+    if (!c || len == 0 || dest[0] != '/' || len > PROTO_MAX_PATH) {
+        errno = len > PROTO_MAX_PATH ? ENAMETOOLONG : EINVAL;
+        return NULL;
+    }
+    k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->c = c;
+    memcpy(k->dest, dest, len + 1);
+    k->fd = memfd_create("granary-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (k->fd < 0) {
+        int e = errno;
+        free(k);
+        errno = e;
+        return NULL;
+    }
+    return k;
+}
+
+ssize_t gr_ckpt_pwrite(gr_ckpt *k, const void *buf, size_t len, off_t off)
+{
+    const char *p = buf;
+    size_t done = 0;
+
+    if (!k || k->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    while (done < len) {
+        ssize_t w = pwrite(k->fd, p + done, len - done, off + (off_t)done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return done ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+int gr_ckpt_fd(gr_ckpt *k)
+{
+    if (!k || k->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    return k->fd;
+}
+
+typedef struct put_arg {
+    const char *dest;
+    uint64_t id;
+} put_arg;
+
+static long put_enc(void *arg, uint8_t *buf, size_t cap, uint32_t id)
+{
+    put_arg *a = arg;
+    size_t off = 0;
+    int rc;
+
+    rc = proto_rec_str(buf + PROTO_HDR_LEN, cap - PROTO_HDR_LEN, &off, "dest", a->dest,
+                       strlen(a->dest));
+    if (rc < 0)
+        return rc;
+    return proto_enc_ckpt_put(buf, cap, id, buf + PROTO_HDR_LEN, off);
+}
+
+static int put_dec(void *arg, const proto_msg *m)
+{
+    put_arg *a = arg;
+    size_t off = 0;
+    proto_rec r;
+
+    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1)
+        if (proto_rec_is(&r, "id") && r.kind == PROTO_REC_U64)
+            a->id = r.u64;
+    return a->id ? 0 : -EPROTO;
+}
+
+static int put(gr_client *c, int fd, const char *dest, uint64_t *id)
+{
+    put_arg a = { dest, 0 };
+
+    if (gr__call_fd(c, PROTO_OP_CKPT_PUT, fd, put_enc, put_dec, &a) < 0)
+        return -1;
+    *id = a.id;
+    return 0;
+}
+
+int gr_ckpt_commit(gr_ckpt *k)
+{
+    if (!k || k->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (put(k->c, k->fd, k->dest, &k->id) < 0)
+        return -1;
+    close(k->fd);
+    k->fd = -1;
+    return 0;
+}
+
+gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest)
+{
+    gr_ckpt *k;
+    size_t len = dest ? strlen(dest) : 0;
+
+    if (!c || fd < 0 || len == 0 || len > PROTO_MAX_PATH) {
+        errno = len > PROTO_MAX_PATH ? ENAMETOOLONG : EINVAL;
+        return NULL;
+    }
+    k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->c = c;
+    k->fd = -1;
+    memcpy(k->dest, dest, len + 1);
+    if (put(c, fd, dest, &k->id) < 0) {
+        int e = errno;
+        free(k);
+        errno = e;
+        return NULL;
+    }
+    return k;
+}
+
+uint64_t gr_ckpt_id(const gr_ckpt *k)
+{
+    return k ? k->id : 0;
+}
+
+void gr_ckpt_free(gr_ckpt **kp)
+{
+    gr_ckpt *k = kp ? *kp : NULL;
+
+    if (!k)
+        return;
+    if (k->fd >= 0)
+        close(k->fd);
+    free(k);
+    *kp = NULL;
+}
+
+static int state_of(const char *s)
+{
+    static const char *const n[] = { "staged", "local", "replicated", "published", "failed" };
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, n[i]))
+            return i;
+    return GR_CKPT_STAGED;
+}
+
+static void copy_text(char *dst, size_t cap, const gr_field *f)
+{
+    size_t n = f->len < cap - 1 ? f->len : cap - 1;
+    memcpy(dst, f->text, n);
+    dst[n] = '\0';
+}
+
+int gr_ckpt_status(gr_client *c, uint64_t id, gr_ckpt_info *out)
+{
+    gr_field arg = { .name = "id", .num = id }, *f = NULL;
+    size_t n = 0;
+    int found = 0;
+
+    if (!c || !out || id == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (gr_admin(c, GR_ADMIN_CKPT_LIST, &arg, 1, &f, &n) < 0)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < n; i++) {
+        const gr_field *x = &f[i];
+        if (!strcmp(x->name, "id")) {
+            if (found)
+                break;
+            found = x->num == id;
+            out->id = x->num;
+        } else if (!found) {
+            continue;
+        } else if (!strcmp(x->name, "state") && x->is_text) {
+            out->state = state_of(x->text);
+        } else if (!strcmp(x->name, "dest") && x->is_text) {
+            copy_text(out->dest, sizeof(out->dest), x);
+        } else if (!strcmp(x->name, "error") && x->is_text) {
+            copy_text(out->error, sizeof(out->error), x);
+        } else if (!strcmp(x->name, "size")) {
+            out->size = x->num;
+        } else if (!strcmp(x->name, "drained")) {
+            out->drained = x->num;
+        } else if (!strcmp(x->name, "attempts")) {
+            out->attempts = (unsigned)x->num;
+        } else if (!strcmp(x->name, "uid")) {
+            out->uid = (unsigned)x->num;
+        } else if (!strcmp(x->name, "durable")) {
+            out->durable = x->num != 0;
+        }
+    }
+    free(f);
+    if (!found) {
+        errno = ENOENT;
+        return -1;
+    }
+    return 0;
+}
+
+int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms)
+{
+    struct timespec t0, now;
+    long sleep_ms = 10;
+    gr_ckpt_info info;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (gr_ckpt_status(c, id, &info) < 0)
+            return -1;
+        if (info.state == GR_CKPT_FAILED) {
+            errno = EIO;
+            return -1;
+        }
+        if (info.state >= state)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (timeout_ms >= 0 && (now.tv_sec - t0.tv_sec) * 1000 +
+                                   (now.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        {
+            struct timespec ts = { 0, sleep_ms * 1000000 };
+            nanosleep(&ts, NULL);
+        }
+        if (sleep_ms < 100)
+            sleep_ms *= 2;
+    }
+}

@@ -1,0 +1,1221 @@
+/*
+ * ckpt.c - checkpoint staging, journal and drains (see ckpt.h).
+ *
+ * Files in the staging directory, per checkpoint id N:
+ *   N.data   the bytes (fallocated to their size first, fsynced);
+ *   N.ckpt   the journal entry: its state, owner, destination, size and
+ *            XXH3 (a small text file, replaced whole by rename);
+ * a N.data without N.ckpt is a put that was never acknowledged (deleted at
+ * start).  The drain of one checkpoint at a time goes in slices of at most
+ * 16 MiB per I/O job, paced on the loop by [checkpoint] drain_bandwidth,
+ * so it holds an I/O thread only for a slice and reads are never queued
+ * behind a whole checkpoint.
+ *
+ * Writing as the client: on the I/O thread, the raw setgroups, setfsgid and
+ * setfsuid system calls (per thread on Linux; glibc's wrappers would change
+ * every thread of the daemon) switch to the peer's groups, gid and uid for
+ * each step that touches the destination (walk from /, create the
+ * temporary file, rename), and back.  The kernel then judges exactly as it
+ * would the peer's own calls: mode bits, ACLs, sticky directories, LSMs,
+ * and an NFS server's root squash sees the peer's uid.  A daemon without
+ * CAP_SETUID (not root) writes only for its own uid and refuses others
+ * with EPERM.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt.h"
+#include "clock.h"
+#include "list.h"
+#include "log.h"
+
+#define CKPT_SLICE      (16u << 20)     /* bytes one drain job copies */
+#define CKPT_BUF        (4u << 20)      /* copy buffer */
+#define CKPT_KEEP       256             /* published entries remembered */
+#define CKPT_BACKOFF_MIN 1.0            /* seconds before the first retry */
+#define CKPT_BACKOFF_MAX 30.0
+
+typedef struct ck {
+    uint64_t id;
+    char *dest;                 /* normalised */
+    int root;
+    ckpt_cred cred;
+    uint64_t size, hash;
+    ckpt_state state;
+    uint64_t drained;
+    unsigned attempts;
+    double retry_at;            /* gr__now_s() before which it waits */
+    char error[256];
+    gr__list link;              /* k->all, by id */
+    gr__list qlink;             /* k->queue while waiting to drain */
+} ck;
+
+/* A put in flight (on an I/O thread, then its completion). */
+typedef struct putjob {
+    wq_job job;
+    ckpts *k;
+    ck *c;
+    int fd;
+    ckpt_put_cb cb;
+    void *arg;
+    int rc;
+    char err[256];
+} putjob;
+
+/* The one drain in flight: a slice at a time. */
+typedef struct drainjob {
+    wq_job job;
+    ckpts *k;
+    ck *c;
+    int phase;                  /* 0 the replica, 1 the destination */
+    int in_fd, out_fd, dir_fd;  /* the staged copy; the temporary target; its directory */
+    char tmpname[300];
+    uint64_t off, t0_ns;
+    uint64_t moved;             /* bytes the last slice copied */
+    uint64_t slice;             /* bytes per job: an eighth of a second's bandwidth, 1-16 MiB */
+    XXH3_state_t *xs;
+    int finished;               /* this phase's file is in place and journalled */
+    int lost;                   /* the staged copy failed its checksum */
+    int rc;
+    char err[256];
+} drainjob;
+
+struct ckpts {
+    struct event_base *base;
+    workers *w;
+    gr_stats *stats;
+    ckpt_config cfg;
+    char *dir, *replica_dir;
+    int dir_fd;
+    uint64_t next_id;
+    uint64_t reserved;          /* bytes of checkpoints not yet published */
+    gr__list all, queue;
+    unsigned npublished;
+    drainjob *active;           /* NULL, or the drain whose job or timer is pending */
+    int job_pending;            /* active's job is with the workers */
+    struct event *timer;
+    int stopping;
+};
+
+const char *ckpt_state_name(ckpt_state s)
+{
+    static const char *const n[] = { "staged", "local", "replicated", "published", "failed" };
+    return (unsigned)s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
+}
+
+static void info_of(const ckpts *k, const ck *c, ckpt_info *i)
+{
+    i->id = c->id;
+    i->dest = c->dest;
+    i->state = c->state;
+    i->size = c->size;
+    i->drained = c->drained;
+    i->hash = c->hash;
+    i->uid = c->cred.uid;
+    i->attempts = c->attempts;
+    i->durable = c->state == CKPT_PUBLISHED ||
+                 (c->state == CKPT_REPLICATED && k->replica_dir != NULL);
+    i->error = c->error;
+}
+
+static void ck_free(ck **cp)
+{
+    ck *c = *cp;
+    if (!c)
+        return;
+    free(c->dest);
+    free(c);
+    *cp = NULL;
+}
+
+/* ---- credentials (I/O threads) ---- */
+
+typedef struct creds_saved {
+    int switched;
+    int ngroups;
+    gid_t groups[CKPT_MAX_GROUPS * 4];
+} creds_saved;
+
+/* Act as cred for file system checks on this thread: 0, or -EPERM. */
+static int creds_enter(const ckpt_cred *cred, creds_saved *sv, char *err, size_t errlen)
+{
+    uid_t me = geteuid();
+    long n;
+
+    sv->switched = 0;
+    if (cred->uid == me)
+        return 0;                   /* the daemon's own user (root included) */
+    if (me != 0) {
+        snprintf(err, errlen, "granaryd runs as uid %u without CAP_SETUID: it publishes checkpoints "
+                 "for its own user only", (unsigned)me);
+        return -EPERM;
+    }
+    n = syscall(SYS_getgroups, (int)(sizeof(sv->groups) / sizeof(sv->groups[0])), sv->groups);
+    if (n < 0) {
+        snprintf(err, errlen, "getgroups: %s", strerror(errno));
+        return -EPERM;
+    }
+    sv->ngroups = (int)n;
+    if (syscall(SYS_setgroups, cred->ngroups > 0 ? (size_t)cred->ngroups : 0, cred->groups) < 0) {
+        snprintf(err, errlen, "setgroups: %s", strerror(errno));
+        return -EPERM;
+    }
+    syscall(SYS_setfsgid, cred->gid);
+    syscall(SYS_setfsuid, cred->uid);
+    sv->switched = 1;
+    if ((uid_t)syscall(SYS_setfsuid, (uid_t)-1) != cred->uid ||
+        (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != cred->gid) {
+        snprintf(err, errlen, "could not act as uid %u gid %u", (unsigned)cred->uid,
+                 (unsigned)cred->gid);
+        return -EPERM;              /* the caller leaves (creds_leave) at once */
+    }
+    return 0;
+}
+
+static void creds_leave(creds_saved *sv)
+{
+    if (!sv->switched)
+        return;
+    syscall(SYS_setfsuid, geteuid());
+    syscall(SYS_setfsgid, getegid());
+    if (syscall(SYS_setgroups, (size_t)sv->ngroups, sv->groups) < 0)
+        log_error("checkpoint: restoring this thread's groups: %s", strerror(errno));
+    sv->switched = 0;
+}
+
+/* ---- file helpers (I/O threads) ---- */
+
+static int fsync_dir_at(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* Write all of buf at off. */
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Read exactly n bytes at off (a short file is -EIO). */
+static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Replace dir/name with text, atomically and durably. */
+static int write_atomic(int dfd, const char *name, const char *text, size_t len)
+{
+    char tmp[128];
+    int fd, rc;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    rc = pwrite_all(fd, (const uint8_t *)text, len, 0);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = fsync_dir_at(dfd);
+    if (rc < 0)
+        unlinkat(dfd, tmp, 0);
+    return rc;
+}
+
+/* The journal entry of c in state st. */
+static int journal_write(ckpts *k, const ck *c, ckpt_state st)
+{
+    char name[64], text[PATH_MAX + 1024];
+    size_t n;
+
+    n = (size_t)snprintf(text, sizeof(text),
+                         "granary-checkpoint 1\nid %" PRIu64 "\nstate %s\nuid %u\ngid %u\n"
+                         "size %" PRIu64 "\nxxh3 %016" PRIx64 "\nroot %d\ngroups",
+                         c->id, ckpt_state_name(st), (unsigned)c->cred.uid,
+                         (unsigned)c->cred.gid, c->size, c->hash, c->root);
+    for (int i = 0; i < c->cred.ngroups && n < sizeof(text) - 32; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, " %u", (unsigned)c->cred.groups[i]);
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "\ndest %s\n", c->dest);
+    if (n >= sizeof(text))
+        return -ENAMETOOLONG;
+    snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+    return write_atomic(k->dir_fd, name, text, n);
+}
+
+/*
+ * As the peer (creds entered): the directory of c->dest, walked from "/"
+ * to the root and beneath it without leaving it: an O_PATH fd, and the
+ * last component in *base.  -errno with err.
+ */
+static int open_parent(ckpts *k, const ck *c, const char **base, char *err, size_t errlen)
+{
+    const char *root = k->cfg.roots[c->root];
+    size_t rl = strlen(root);
+    const char *rel = c->dest + rl + (rl > 1 ? 1 : 0);
+    const char *slash = strrchr(c->dest, '/');
+    char parent[PATH_MAX];
+    struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+    int rfd, pfd;
+
+    *base = slash + 1;
+    rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "root %s: %s", root, strerror(e));
+        return -e;
+    }
+    if (slash <= c->dest + rl) {
+        return rfd;                 /* the destination lies in the root itself */
+    }
+    snprintf(parent, sizeof(parent), "%.*s", (int)(slash - rel), rel);
+    pfd = (int)syscall(SYS_openat2, rfd, parent, &how, sizeof(how));
+    if (pfd < 0) {
+        int e = errno;
+        close(rfd);
+        snprintf(err, errlen, "destination directory %.*s: %s", (int)(slash - c->dest), c->dest,
+                 e == EXDEV || e == ELOOP ? "a link leads out of the root" : strerror(e));
+        return e == EXDEV || e == ELOOP ? -EACCES : -e;
+    }
+    close(rfd);
+    return pfd;
+}
+
+/* The temporary name beside the destination for checkpoint id. */
+static void tmp_name(char *out, size_t len, const char *base, uint64_t id)
+{
+    snprintf(out, len, ".%.200s.granary-%" PRIu64 ".tmp", base, id);
+}
+
+/*
+ * As the peer: check it may create c->dest (it is not a directory, the
+ * peer may search down to its directory and write there) by creating the
+ * temporary file the drain will fill.  The kernel judges.
+ */
+static int dest_check(ckpts *k, const ck *c, char *err, size_t errlen)
+{
+    creds_saved sv;
+    const char *base;
+    char tmp[300];
+    struct stat st;
+    int pfd, fd, rc;
+
+    rc = creds_enter(&c->cred, &sv, err, errlen);
+    if (rc < 0) {
+        creds_leave(&sv);
+        return rc;
+    }
+    pfd = open_parent(k, c, &base, err, errlen);
+    if (pfd < 0) {
+        rc = pfd;
+        goto out;
+    }
+    if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s is a directory", c->dest);
+        rc = -EISDIR;
+        goto out;
+    }
+    tmp_name(tmp, sizeof(tmp), base, c->id);
+    fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "uid %u may not create %s: %s", (unsigned)c->cred.uid, c->dest,
+                 strerror(-rc));
+        goto out;
+    }
+    close(fd);
+out:
+    if (pfd >= 0)
+        close(pfd);
+    creds_leave(&sv);
+    return rc;
+}
+
+/* ---- put (I/O thread, then loop) ---- */
+
+/* As the peer: remove the temporary dest_check made (a put that failed). */
+static void dest_unlink_tmp(ckpts *k, const ck *c)
+{
+    creds_saved sv;
+    const char *base;
+    char tmp[300], err[256];
+    int pfd;
+
+    if (creds_enter(&c->cred, &sv, err, sizeof(err)) == 0 &&
+        (pfd = open_parent(k, c, &base, err, sizeof(err))) >= 0) {
+        tmp_name(tmp, sizeof(tmp), base, c->id);
+        unlinkat(pfd, tmp, 0);
+        close(pfd);
+    }
+    creds_leave(&sv);
+}
+
+static void put_run(wq_job *j)
+{
+    putjob *p = (putjob *)j;
+    ckpts *k = p->k;
+    ck *c = p->c;
+    char name[64] = "";
+    struct stat st0, st1;
+    uint8_t *buf = NULL;
+    XXH3_state_t *xs = NULL;
+    int out = -1, rc, checked = 0, journalled = 0;
+
+    /* Journalled as staged first, so that a restart knows which temporary
+     * beside the destination to remove if the put never finished. */
+    rc = journal_write(k, c, CKPT_STAGED);
+    if (rc < 0) {
+        snprintf(p->err, sizeof(p->err), "journal in %s: %s", k->dir, strerror(-rc));
+        goto fail;
+    }
+    journalled = 1;
+    rc = dest_check(k, c, p->err, sizeof(p->err));
+    if (rc < 0)
+        goto fail;
+    checked = 1;
+    buf = malloc(CKPT_BUF);
+    xs = XXH3_createState();
+    if (!buf || !xs) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    XXH3_64bits_reset(xs);
+    if (fstat(p->fd, &st0) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+    out = openat(k->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) {
+        rc = -errno;
+        snprintf(p->err, sizeof(p->err), "staging file %s/%s: %s", k->dir, name, strerror(-rc));
+        goto fail;
+    }
+    /* The space, reserved before a byte is copied: a full disk says so now. */
+    if (c->size && (rc = -posix_fallocate(out, 0, (off_t)c->size)) < 0) {
+        snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size, k->dir,
+                 strerror(-rc));
+        goto fail;
+    }
+    for (uint64_t off = 0; off < c->size;) {
+        size_t n = c->size - off < CKPT_BUF ? (size_t)(c->size - off) : CKPT_BUF;
+        if ((rc = pread_all(p->fd, buf, n, off)) < 0) {
+            snprintf(p->err, sizeof(p->err), "reading the checkpoint: %s", strerror(-rc));
+            goto fail;
+        }
+        if ((rc = pwrite_all(out, buf, n, off)) < 0) {
+            snprintf(p->err, sizeof(p->err), "writing %s/%s: %s", k->dir, name, strerror(-rc));
+            goto fail;
+        }
+        XXH3_64bits_update(xs, buf, n);
+        off += n;
+    }
+    if (fstat(p->fd, &st1) < 0 || st1.st_size != st0.st_size ||
+        st1.st_mtim.tv_sec != st0.st_mtim.tv_sec || st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec) {
+        rc = -ESTALE;
+        snprintf(p->err, sizeof(p->err), "the checkpoint's source changed while it was staged");
+        goto fail;
+    }
+    if (fsync(out) < 0) {
+        rc = -errno;
+        snprintf(p->err, sizeof(p->err), "fsync %s/%s: %s", k->dir, name, strerror(-rc));
+        goto fail;
+    }
+    c->hash = XXH3_64bits_digest(xs);
+    rc = journal_write(k, c, CKPT_LOCAL);
+    if (rc < 0) {
+        snprintf(p->err, sizeof(p->err), "journal of checkpoint %" PRIu64 ": %s", c->id,
+                 strerror(-rc));
+        goto fail;
+    }
+    p->rc = 0;
+    goto out;
+fail:
+    p->rc = rc;
+    if (out >= 0)
+        unlinkat(k->dir_fd, name, 0);
+    if (checked)
+        dest_unlink_tmp(k, c);
+    if (journalled) {
+        snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+        unlinkat(k->dir_fd, name, 0);
+    }
+    if (!p->err[0])
+        snprintf(p->err, sizeof(p->err), "%s", strerror(-rc));
+out:
+    if (out >= 0)
+        close(out);
+    XXH3_freeState(xs);
+    free(buf);
+}
+
+static void drain_kick(ckpts *k);
+
+static void put_done(wq_job *j)
+{
+    putjob *p = (putjob *)j;
+    ckpts *k = p->k;
+    ck *c = p->c;
+    ckpt_info info;
+
+    close(p->fd);
+    if (j->cancelled) {
+        p->rc = -ECANCELED;
+        snprintf(p->err, sizeof(p->err), "the daemon is stopping");
+    }
+    if (p->rc < 0) {
+        k->reserved -= c->size;
+        gr__list_remove(&c->link);
+        p->cb(p->arg, p->rc, NULL, p->err);
+        ck_free(&c);
+    } else {
+        c->state = CKPT_LOCAL;
+        k->stats->ckpt_puts++;
+        k->stats->ckpt_bytes_staged += c->size;
+        info_of(k, c, &info);
+        gr__list_push_back(&k->queue, &c->qlink);
+        log_info("checkpoint %" PRIu64 " staged: %" PRIu64 " bytes for %s (uid %u)", c->id,
+                 c->size, c->dest, (unsigned)c->cred.uid);
+        p->cb(p->arg, 0, &info, NULL);
+        drain_kick(k);
+    }
+    free(p);
+}
+
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
+             void *arg, char *err, size_t errlen)
+{
+    struct stat st;
+    int flags, seals;
+    putjob *p;
+    ck *c;
+
+    for (const char *s = norm; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) {
+            snprintf(err, errlen, "a checkpoint's destination may not hold control characters");
+            return -EINVAL;
+        }
+    if (root < 0 || root >= k->cfg.nroots || strcmp(norm, k->cfg.roots[root]) == 0) {
+        snprintf(err, errlen, "%s is a root, not a file under it", norm);
+        return -EISDIR;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) == O_WRONLY || fstat(fd, &st) < 0 ||
+        !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "a checkpoint comes as a readable fd of a regular file or memfd");
+        return -EINVAL;
+    }
+    /* A memfd is sealed so that its bytes cannot change under the copy (a
+     * plain file is checked for changes instead). */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) < 0) {
+        seals = fcntl(fd, F_GET_SEALS);
+        if (errno == EBUSY) {
+            snprintf(err, errlen, "the checkpoint's memfd is still mapped writable (munmap it first)");
+            return -EBUSY;
+        }
+        if (seals >= 0 && !(seals & F_SEAL_WRITE)) {
+            snprintf(err, errlen, "the checkpoint's memfd cannot be sealed against writes");
+            return -EINVAL;
+        }
+    }
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if ((uint64_t)st.st_size > k->cfg.capacity - k->reserved || k->reserved > k->cfg.capacity) {
+        snprintf(err, errlen, "checkpoint staging is full: %" PRIu64 " bytes asked, %" PRIu64
+                 " of %" PRIu64 " held by checkpoints not yet published", (uint64_t)st.st_size,
+                 k->reserved, k->cfg.capacity);
+        k->stats->ckpt_refused++;
+        return -ENOSPC;
+    }
+    p = calloc(1, sizeof(*p));
+    c = calloc(1, sizeof(*c));
+    if (!p || !c) {
+        free(p);
+        free(c);
+        return -ENOMEM;
+    }
+    c->id = k->next_id++;
+    c->dest = norm;
+    c->root = root;
+    c->cred = *cred;
+    c->size = (uint64_t)st.st_size;
+    c->state = CKPT_STAGED;
+    gr__list_push_back(&k->all, &c->link);
+    k->reserved += c->size;
+    p->k = k;
+    p->c = c;
+    p->fd = fd;
+    p->cb = cb;
+    p->arg = arg;
+    p->job.run = put_run;
+    p->job.done = put_done;
+    workers_submit(k->w, &p->job, WQ_DEMAND);   /* a client waits on it */
+    return 0;
+}
+
+/* ---- drains ---- */
+
+static void drain_close(drainjob *d)
+{
+    if (d->in_fd >= 0)
+        close(d->in_fd);
+    if (d->out_fd >= 0)
+        close(d->out_fd);
+    if (d->dir_fd >= 0)
+        close(d->dir_fd);
+    d->in_fd = d->out_fd = d->dir_fd = -1;
+}
+
+/* Open this phase's source and target (a fresh temporary file). */
+static int drain_open(drainjob *d)
+{
+    ckpts *k = d->k;
+    ck *c = d->c;
+    char name[64];
+    int rc = 0;
+
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+    d->in_fd = openat(k->dir_fd, name, O_RDONLY | O_CLOEXEC);
+    if (d->in_fd < 0) {
+        rc = -errno;
+        snprintf(d->err, sizeof(d->err), "staged copy %s/%s: %s", k->dir, name, strerror(-rc));
+        d->lost = rc == -ENOENT;
+        return rc;
+    }
+    if (d->phase == 0) {
+        d->dir_fd = open(k->replica_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (d->dir_fd < 0) {
+            rc = -errno;
+            snprintf(d->err, sizeof(d->err), "replica_dir %s: %s", k->replica_dir, strerror(-rc));
+            return rc;
+        }
+        snprintf(d->tmpname, sizeof(d->tmpname), ".%" PRIu64 ".tmp", c->id);
+        d->out_fd = openat(d->dir_fd, d->tmpname, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (d->out_fd < 0) {
+            rc = -errno;
+            snprintf(d->err, sizeof(d->err), "replica %.150s/%.40s: %s", k->replica_dir, d->tmpname,
+                     strerror(-rc));
+        }
+    } else {
+        creds_saved sv;
+        const char *base;
+        rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+        if (rc == 0)
+            d->dir_fd = rc = open_parent(k, c, &base, d->err, sizeof(d->err));
+        if (rc >= 0) {
+            rc = 0;
+            tmp_name(d->tmpname, sizeof(d->tmpname), base, c->id);
+            d->out_fd = openat(d->dir_fd, d->tmpname,
+                               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+            if (d->out_fd < 0) {
+                rc = -errno;
+                snprintf(d->err, sizeof(d->err), "%.150s (temporary %.60s): %s", c->dest, d->tmpname,
+                         strerror(-rc));
+            }
+        } else {
+            d->dir_fd = -1;
+        }
+        creds_leave(&sv);
+    }
+    if (rc == 0) {
+        d->off = 0;
+        XXH3_64bits_reset(d->xs);
+    }
+    return rc;
+}
+
+/* The whole file is in the temporary: check, fsync, rename into place,
+ * fsync the directory, journal. */
+static int drain_finish(drainjob *d)
+{
+    ckpts *k = d->k;
+    ck *c = d->c;
+    char final[320];
+    int rc = 0;
+
+    if (XXH3_64bits_digest(d->xs) != c->hash) {
+        snprintf(d->err, sizeof(d->err), "the staged copy of checkpoint %" PRIu64
+                 " fails its checksum", c->id);
+        d->lost = 1;
+        return -EIO;
+    }
+    if (fsync(d->out_fd) < 0) {
+        rc = -errno;
+        snprintf(d->err, sizeof(d->err), "fsync of %s: %s", d->phase ? c->dest : "the replica",
+                 strerror(-rc));
+        return rc;
+    }
+    close(d->out_fd);
+    d->out_fd = -1;
+    if (d->phase == 0) {
+        const char *base = strrchr(c->dest, '/') + 1;
+        snprintf(final, sizeof(final), "%" PRIu64 "-%.200s", c->id, base);
+        if (renameat(d->dir_fd, d->tmpname, d->dir_fd, final) < 0)
+            rc = -errno;
+    } else {
+        creds_saved sv;
+        const char *base = strrchr(c->dest, '/') + 1;
+        rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+        if (rc == 0 && renameat(d->dir_fd, d->tmpname, d->dir_fd, base) < 0)
+            rc = -errno;
+        creds_leave(&sv);
+    }
+    if (rc == 0)
+        rc = fsync_dir_at(d->dir_fd);
+    if (rc < 0) {
+        if (!d->err[0])
+            snprintf(d->err, sizeof(d->err), "publishing %s: %s", c->dest, strerror(-rc));
+        return rc;
+    }
+    rc = journal_write(k, c, d->phase == 0 ? CKPT_REPLICATED : CKPT_PUBLISHED);
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
+        return rc;
+    }
+    if (d->phase == 1) {
+        char name[64];
+        snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+        unlinkat(k->dir_fd, name, 0);
+    }
+    d->finished = 1;
+    return 0;
+}
+
+static void drain_run(wq_job *j)
+{
+    drainjob *d = (drainjob *)j;
+    ck *c = d->c;
+    uint8_t *buf = NULL;
+    uint64_t end;
+    int rc = 0;
+
+    d->rc = 0;
+    d->moved = 0;
+    d->err[0] = '\0';
+    if (d->out_fd < 0 && (rc = drain_open(d)) < 0)
+        goto out;
+    buf = malloc(CKPT_BUF);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    end = c->size - d->off < d->slice ? c->size : d->off + d->slice;
+    while (d->off < end) {
+        size_t n = end - d->off < CKPT_BUF ? (size_t)(end - d->off) : CKPT_BUF;
+        if ((rc = pread_all(d->in_fd, buf, n, d->off)) < 0) {
+            snprintf(d->err, sizeof(d->err), "reading the staged copy: %s", strerror(-rc));
+            goto out;
+        }
+        if ((rc = pwrite_all(d->out_fd, buf, n, d->off)) < 0) {
+            snprintf(d->err, sizeof(d->err), "writing %s: %s",
+                     d->phase ? c->dest : "the replica", strerror(-rc));
+            goto out;
+        }
+        XXH3_64bits_update(d->xs, buf, n);
+        d->off += n;
+        d->moved += n;
+    }
+    if (d->off == c->size)
+        rc = drain_finish(d);
+out:
+    free(buf);
+    if (rc < 0) {
+        d->rc = rc;
+        if (d->out_fd >= 0 && d->dir_fd >= 0) {
+            close(d->out_fd);
+            d->out_fd = -1;
+            if (d->phase == 0)
+                unlinkat(d->dir_fd, d->tmpname, 0);
+            /* A destination's temporary is left: it is the peer's, and the
+             * retry truncates it. */
+        }
+        drain_close(d);
+    }
+}
+
+static void drain_submit(ckpts *k)
+{
+    k->job_pending = 1;
+    k->active->job.run = drain_run;
+    workers_submit(k->w, &k->active->job, k->cfg.demand ? WQ_DEMAND : WQ_BACKGROUND);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    ckpts *k = arg;
+
+    (void)fd;
+    (void)what;
+    if (k->active && !k->job_pending)
+        drain_submit(k);
+    else
+        drain_kick(k);
+}
+
+static void arm_timer(ckpts *k, double secs)
+{
+    struct timeval tv = { (time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6) };
+    evtimer_add(k->timer, &tv);
+}
+
+/* Forget the oldest published entries past CKPT_KEEP (their journal too). */
+static void prune(ckpts *k)
+{
+    gr__list *pos, *tmp;
+
+    gr__list_foreach_safe(pos, tmp, &k->all) {
+        ck *c = gr__list_entry(pos, ck, link);
+        char name[64];
+        if (k->npublished <= CKPT_KEEP)
+            break;
+        if (c->state != CKPT_PUBLISHED)
+            continue;
+        snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+        unlinkat(k->dir_fd, name, 0);
+        gr__list_remove(&c->link);
+        ck_free(&c);
+        k->npublished--;
+    }
+}
+
+static void drain_done(wq_job *j)
+{
+    drainjob *d = (drainjob *)j;
+    ckpts *k = d->k;
+    ck *c = d->c;
+    uint64_t bw = k->cfg.bandwidth;
+
+    k->job_pending = 0;
+    if (j->cancelled || k->stopping) {
+        drain_close(d);
+        XXH3_freeState(d->xs);
+        k->active = NULL;
+        free(d);
+        return;
+    }
+    if (d->rc < 0) {
+        double back = CKPT_BACKOFF_MIN;
+        c->attempts++;
+        k->stats->ckpt_drain_errors++;
+        snprintf(c->error, sizeof(c->error), "%s", d->err);
+        for (unsigned i = 1; i < c->attempts && back < CKPT_BACKOFF_MAX; i++)
+            back *= 2;
+        if (back > CKPT_BACKOFF_MAX)
+            back = CKPT_BACKOFF_MAX;
+        c->drained = 0;
+        if (d->lost) {
+            log_error("checkpoint %" PRIu64 " for %s is lost: %s", c->id, c->dest, d->err);
+            c->state = CKPT_FAILED;
+            k->reserved -= c->size;
+        } else {
+            log_warn("checkpoint %" PRIu64 " for %s: drain failed (attempt %u, retry in %.0f s): "
+                     "%s", c->id, c->dest, c->attempts, back, d->err);
+            c->retry_at = gr__now_s() + back;
+            gr__list_push_back(&k->queue, &c->qlink);
+        }
+        XXH3_freeState(d->xs);
+        k->active = NULL;
+        free(d);
+        drain_kick(k);
+        return;
+    }
+    c->drained = d->off;
+    k->stats->ckpt_bytes_drained += d->moved;
+    if (d->finished) {
+        c->error[0] = '\0';
+        c->drained = 0;
+        if (d->phase == 0) {
+            c->state = CKPT_REPLICATED;
+            d->phase = 1;
+            d->finished = 0;
+            d->t0_ns = gr__now_ns();
+            drain_close(d);
+            drain_submit(k);
+            return;
+        }
+        c->state = CKPT_PUBLISHED;
+        k->reserved -= c->size;
+        k->stats->ckpt_published++;
+        k->npublished++;
+        log_info("checkpoint %" PRIu64 " published: %s", c->id, c->dest);
+        drain_close(d);
+        XXH3_freeState(d->xs);
+        k->active = NULL;
+        free(d);
+        prune(k);
+        drain_kick(k);
+        return;
+    }
+    /* Paced: the next slice when the bandwidth allows it. */
+    if (bw) {
+        double due = (double)d->off / (double)bw, spent = (double)(gr__now_ns() - d->t0_ns) / 1e9;
+        if (due > spent) {
+            arm_timer(k, due - spent);
+            return;
+        }
+    }
+    drain_submit(k);
+}
+
+/* Start the next drain if none runs: the first queued checkpoint whose
+ * back-off has passed (else a timer for the earliest). */
+static void drain_kick(ckpts *k)
+{
+    double now = gr__now_s(), soonest = 0;
+    gr__list *pos, *tmp;
+    drainjob *d;
+
+    if (k->active || k->stopping)
+        return;
+    gr__list_foreach_safe(pos, tmp, &k->queue) {
+        ck *c = gr__list_entry(pos, ck, qlink);
+        if (c->retry_at > now) {
+            if (!soonest || c->retry_at < soonest)
+                soonest = c->retry_at;
+            continue;
+        }
+        d = calloc(1, sizeof(*d));
+        if (!d || !(d->xs = XXH3_createState())) {
+            free(d);
+            arm_timer(k, 1.0);
+            return;
+        }
+        gr__list_remove(&c->qlink);
+        d->k = k;
+        d->c = c;
+        d->in_fd = d->out_fd = d->dir_fd = -1;
+        d->phase = (k->replica_dir && c->state < CKPT_REPLICATED) ? 0 : 1;
+        d->t0_ns = gr__now_ns();
+        d->slice = k->cfg.bandwidth ? k->cfg.bandwidth / 8 : CKPT_SLICE;
+        if (d->slice > CKPT_SLICE)
+            d->slice = CKPT_SLICE;
+        if (d->slice < (1u << 20))
+            d->slice = 1u << 20;
+        d->job.done = drain_done;
+        k->active = d;
+        drain_submit(k);
+        return;
+    }
+    if (soonest)
+        arm_timer(k, soonest - now);
+}
+
+/* ---- set-up: the journal ---- */
+
+static ckpt_state state_parse(const char *s)
+{
+    for (int i = CKPT_STAGED; i <= CKPT_FAILED; i++)
+        if (!strcmp(s, ckpt_state_name((ckpt_state)i)))
+            return (ckpt_state)i;
+    return CKPT_STAGED;
+}
+
+/* Read one journal entry: a ck, or NULL (logged). */
+static ck *journal_load(ckpts *k, const char *name)
+{
+    char text[PATH_MAX + 1024], *line, *save = NULL, st[32] = "";
+    int fd = openat(k->dir_fd, name, O_RDONLY | O_CLOEXEC), ok = 0;
+    ssize_t n;
+    ck *c;
+
+    if (fd < 0)
+        return NULL;
+    n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    c = calloc(1, sizeof(*c));
+    if (n <= 0 || !c) {
+        free(c);
+        return NULL;
+    }
+    text[n] = '\0';
+    c->root = -1;
+    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        unsigned u;
+        if (!strcmp(line, "granary-checkpoint 1"))
+            ok |= 1;
+        else if (sscanf(line, "id %" SCNu64, &c->id) == 1)
+            ok |= 2;
+        else if (sscanf(line, "state %31s", st) == 1)
+            ok |= 4;
+        else if (sscanf(line, "uid %u", &u) == 1)
+            c->cred.uid = u;
+        else if (sscanf(line, "gid %u", &u) == 1)
+            c->cred.gid = u;
+        else if (sscanf(line, "size %" SCNu64, &c->size) == 1)
+            ok |= 8;
+        else if (sscanf(line, "xxh3 %" SCNx64, &c->hash) == 1)
+            ok |= 16;
+        else if (sscanf(line, "root %d", &c->root) == 1)
+            ;
+        else if (!strncmp(line, "groups", 6)) {
+            char *p = line + 6, *e;
+            while (*p && c->cred.ngroups < CKPT_MAX_GROUPS) {
+                unsigned long g = strtoul(p, &e, 10);
+                if (e == p)
+                    break;
+                c->cred.groups[c->cred.ngroups++] = (gid_t)g;
+                p = e;
+            }
+        } else if (!strncmp(line, "dest ", 5) && line[5] == '/') {
+            free(c->dest);
+            c->dest = strdup(line + 5);
+            ok |= 32;
+        }
+    }
+    if (ok != 63 || !c->dest || c->root < 0 || c->root >= k->cfg.nroots ||
+        strncmp(c->dest, k->cfg.roots[c->root], strlen(k->cfg.roots[c->root])) != 0) {
+        log_warn("checkpoint journal %s/%s: unreadable, or its destination is under no root now; "
+                 "left alone", k->dir, name);
+        ck_free(&c);
+        return NULL;
+    }
+    c->state = state_parse(st);
+    return c;
+}
+
+static int by_id(const void *a, const void *b)
+{
+    const ck *x = *(ck *const *)a, *y = *(ck *const *)b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int load(ckpts *k, char *err, size_t errlen)
+{
+    DIR *dp;
+    struct dirent *de;
+    ck **v = NULL;
+    size_t nv = 0, cap = 0, ndrain = 0;
+    int dfd = dup(k->dir_fd);
+
+    if (dfd < 0 || !(dp = fdopendir(dfd))) {
+        if (dfd >= 0)
+            close(dfd);
+        snprintf(err, errlen, "checkpoints %s: %s", k->dir, strerror(errno));
+        return -errno;
+    }
+    while ((de = readdir(dp))) {
+        uint64_t id;
+        char suf[16];
+        if (sscanf(de->d_name, "%" SCNu64 ".%15s", &id, suf) != 2)
+            continue;
+        if (id >= k->next_id)
+            k->next_id = id + 1;
+        if (!strcmp(suf, "ckpt")) {
+            ck *c = journal_load(k, de->d_name);
+            if (!c)
+                continue;
+            if (nv == cap) {
+                void *p = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+                if (!p) {
+                    ck_free(&c);
+                    break;
+                }
+                v = p;
+            }
+            v[nv++] = c;
+        } else if (!strcmp(suf, "ckpt.tmp")) {
+            unlinkat(k->dir_fd, de->d_name, 0);
+        }
+    }
+    closedir(dp);
+    /* A staged copy without a journal entry was never acknowledged. */
+    dfd = dup(k->dir_fd);
+    if (dfd >= 0 && (dp = fdopendir(dfd))) {
+        while ((de = readdir(dp))) {
+            uint64_t id;
+            char suf[16], jn[64];
+            struct stat st;
+            if (sscanf(de->d_name, "%" SCNu64 ".%15s", &id, suf) != 2 || strcmp(suf, "data"))
+                continue;
+            snprintf(jn, sizeof(jn), "%" PRIu64 ".ckpt", id);
+            if (fstatat(k->dir_fd, jn, &st, 0) < 0 && errno == ENOENT) {
+                log_info("checkpoint %" PRIu64 ": staging never finished; its partial copy removed",
+                         id);
+                unlinkat(k->dir_fd, de->d_name, 0);
+            }
+        }
+        closedir(dp);
+    } else if (dfd >= 0) {
+        close(dfd);
+    }
+    if (nv)
+        qsort(v, nv, sizeof(*v), by_id);
+    for (size_t i = 0; i < nv; i++) {
+        ck *c = v[i];
+        char name[64];
+        if (c->state == CKPT_STAGED) {
+            /* Never acknowledged: its temporary, data and entry go. */
+            log_info("checkpoint %" PRIu64 ": staging never finished; removed", c->id);
+            dest_unlink_tmp(k, c);
+            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+            unlinkat(k->dir_fd, name, 0);
+            snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
+            unlinkat(k->dir_fd, name, 0);
+            ck_free(&c);
+            continue;
+        }
+        gr__list_push_back(&k->all, &c->link);
+        if (c->state == CKPT_PUBLISHED) {
+            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+            unlinkat(k->dir_fd, name, 0);   /* a kill between journal and unlink */
+            k->npublished++;
+        } else if (c->state == CKPT_LOCAL || c->state == CKPT_REPLICATED) {
+            k->reserved += c->size;
+            gr__list_push_back(&k->queue, &c->qlink);
+            ndrain++;
+        }
+    }
+    if (nv)
+        log_info("checkpoints: %zu in the journal, %zu to drain (resumed)", nv, ndrain);
+    free(v);
+    prune(k);
+    return 0;
+}
+
+int ckpt_new(struct event_base *base, workers *w, gr_stats *stats, const ckpt_config *cfg,
+             ckpts **out, char *err, size_t errlen)
+{
+    ckpts *k = calloc(1, sizeof(*k));
+    int rc;
+
+    *out = NULL;
+    if (!k)
+        return -ENOMEM;
+    k->base = base;
+    k->w = w;
+    k->stats = stats;
+    k->cfg = *cfg;
+    k->dir_fd = -1;
+    k->next_id = 1;
+    gr__list_init(&k->all);
+    gr__list_init(&k->queue);
+    k->dir = strdup(cfg->dir);
+    k->replica_dir = cfg->replica_dir && cfg->replica_dir[0] ? strdup(cfg->replica_dir) : NULL;
+    k->timer = evtimer_new(base, on_timer, k);
+    if (!k->dir || !k->timer || (cfg->replica_dir && cfg->replica_dir[0] && !k->replica_dir)) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (mkdir(k->dir, 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        snprintf(err, errlen, "checkpoints: mkdir %s: %s", k->dir, strerror(-rc));
+        goto fail;
+    }
+    k->dir_fd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (k->dir_fd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "checkpoints: %s: %s", k->dir, strerror(-rc));
+        goto fail;
+    }
+    rc = load(k, err, errlen);
+    if (rc < 0)
+        goto fail;
+    drain_kick(k);
+    *out = k;
+    return 0;
+fail:
+    ckpt_free(&k);
+    return rc;
+}
+
+int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_info *i),
+              void *arg)
+{
+    gr__list *pos, *tmp;
+    ckpt_info info;
+    int rc;
+
+    gr__list_foreach_safe(pos, tmp, &k->all) {
+        ck *c = gr__list_entry(pos, ck, link);
+        if ((uid != (uid_t)-1 && c->cred.uid != uid) || (id && c->id != id))
+            continue;
+        info_of(k, c, &info);
+        if ((rc = fn(arg, &info)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void ckpt_shutdown(ckpts *k)
+{
+    if (!k)
+        return;
+    k->stopping = 1;
+    if (k->timer)
+        evtimer_del(k->timer);
+    /* An active drain waiting on its timer has no job out: free it now. */
+    if (k->active && !k->job_pending) {
+        drain_close(k->active);
+        XXH3_freeState(k->active->xs);
+        free(k->active);
+        k->active = NULL;
+    }
+}
+
+void ckpt_free(ckpts **kp)
+{
+    ckpts *k = *kp;
+    gr__list *pos, *tmp;
+
+    if (!k)
+        return;
+    ckpt_shutdown(k);
+    gr__list_foreach_safe(pos, tmp, &k->all) {
+        ck *c = gr__list_entry(pos, ck, link);
+        gr__list_remove(&c->link);
+        ck_free(&c);
+    }
+    if (k->timer)
+        event_free(k->timer);
+    if (k->dir_fd >= 0)
+        close(k->dir_fd);
+    free(k->dir);
+    free(k->replica_dir);
+    free(k);
+    *kp = NULL;
+}

@@ -1,0 +1,119 @@
+/*
+ * ckpt.h - checkpoint staging: the write path.  A client hands the daemon
+ * a checkpoint's bytes (an fd: a sealed memfd libgranary filled, or a file
+ * granaryctl opened), the daemon copies them into <[nvme] path>/checkpoints/
+ * (fsynced: "local"), acknowledges, and drains them in the background on
+ * the I/O threads: a second copy in [checkpoint] replica_dir when one is
+ * configured ("replicated"), then the destination on the DFS, written as
+ * the client (fsuid, fsgid and groups of the peer on the I/O thread) into
+ * a temporary name beside it, fsynced, renamed into place, directory
+ * fsynced ("published").  A reader of the DFS sees the old file or the new
+ * one, never a torn one.
+ *
+ * Every state change past "staged" is a journal file <id>.ckpt (written to
+ * a temporary name, fsynced, renamed, directory fsynced), so a restart or
+ * SIGKILL resumes each unpublished drain from its staged copy.  A drain
+ * that fails (the destination gone, EIO, ENOSPC on the DFS) keeps the
+ * staged copy and is retried with a back-off (1 s doubling to 30 s).
+ * Staging space is reserved up front ([checkpoint] capacity and an
+ * fallocate of the whole size), so a full tier refuses a new checkpoint
+ * with ENOSPC instead of losing one.
+ *
+ * Threads: every function here on the loop thread; the copies run on the
+ * I/O threads (their own structs, the staged files, the DFS).
+ */
+#ifndef GR_CKPT_H
+#define GR_CKPT_H
+
+#include <event2/event.h>
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stats.h"
+#include "workers.h"
+
+#define CKPT_MAX_GROUPS 64
+
+typedef enum ckpt_state {
+    CKPT_STAGED = 0,            /* being copied onto the node (not yet acknowledged) */
+    CKPT_LOCAL,                 /* on the node's NVMe, fsynced, journalled */
+    CKPT_REPLICATED,            /* and a second copy in replica_dir, fsynced */
+    CKPT_PUBLISHED,             /* at its destination, renamed, directory fsynced */
+    CKPT_FAILED,                /* the staged copy is lost (its checksum failed): never published */
+} ckpt_state;
+
+/* Name of a state ("staged", "local", ...). */
+const char *ckpt_state_name(ckpt_state s);
+
+/* Who the destination is written as: the peer's credentials. */
+typedef struct ckpt_cred {
+    uid_t uid;
+    gid_t gid;
+    int ngroups;                /* supplementary groups; -1 unknown (none used) */
+    gid_t groups[CKPT_MAX_GROUPS];
+} ckpt_cred;
+
+typedef struct ckpt_config {
+    const char *dir;            /* the staging directory (made if missing) */
+    const char *replica_dir;    /* "" or NULL: no replica */
+    uint64_t capacity;          /* bytes of checkpoints not yet published, at most */
+    uint64_t bandwidth;         /* drain bytes per second; 0 unlimited */
+    int demand;                 /* drains on the demand queue (else background) */
+    const char (*roots)[PATH_MAX]; /* [source] roots, by index (borrowed) */
+    int nroots;
+} ckpt_config;
+
+/* One checkpoint, as ckpt_each shows it.  Pointers live until the next
+ * call into the module. */
+typedef struct ckpt_info {
+    uint64_t id;
+    const char *dest;
+    ckpt_state state;
+    uint64_t size;
+    uint64_t drained;           /* bytes of the current drain copied so far */
+    uint64_t hash;              /* XXH3-64 of the bytes */
+    uid_t uid;
+    unsigned attempts;          /* drains that failed */
+    int durable;                /* replicated (or published) */
+    const char *error;          /* the last drain's failure, "" if none */
+} ckpt_info;
+
+typedef struct ckpts ckpts;
+
+/*
+ * Open the staging directory, load its journal (orphaned partial copies of
+ * puts never acknowledged are deleted), and queue every unpublished drain.
+ * 0 or -errno with a reason in err.
+ */
+int ckpt_new(struct event_base *base, workers *w, gr_stats *stats, const ckpt_config *cfg,
+             ckpts **out, char *err, size_t errlen);
+
+/* A put's completion: rc 0 and info (state local), or -errno and err. */
+typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char *err);
+
+/*
+ * Stage a checkpoint of fd (taken: closed by the module) for norm (a
+ * lexically checked destination under root index root; taken), written
+ * as cred.  cb runs on the loop when it is local or refused.  Refused at
+ * once (-errno, err set, cb never runs, norm and fd still the caller's):
+ * -EINVAL (not a readable regular file or memfd, a path with control
+ * characters), -EBUSY (a memfd still mapped writable), -ENOSPC (staging
+ * full), -EISDIR (the destination is a root).  Later, through cb: -EACCES
+ * (the peer may not create the destination), -ENOENT (its directory is
+ * missing), -EPERM (the daemon cannot act as the peer), -ENOSPC, -EIO.
+ */
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
+             void *arg, char *err, size_t errlen);
+
+/* Call fn for each checkpoint (of uid only unless uid is (uid_t)-1; of id
+ * only unless id is 0), oldest first, until it returns < 0 (returned). */
+int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_info *i),
+              void *arg);
+
+/* Stop draining (timers dropped); the job in flight ends with the
+ * workers.  Then ckpt_free after workers_stop.  NULL-safe. */
+void ckpt_shutdown(ckpts *k);
+void ckpt_free(ckpts **k);
+
+#endif

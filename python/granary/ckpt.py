@@ -1,0 +1,130 @@
+"""granary.ckpt: checkpoints staged on the node and published atomically
+(libgranary's gr_ckpt_* calls, docs/ARCHITECTURE.md "Checkpoints").
+
+    import granary.ckpt
+    cid = granary.ckpt.save(model.state_dict(), "/lustre/run7/step1000.pt")
+    ...                                     # training goes on while it drains
+    granary.ckpt.wait(cid)                  # published (optional)
+
+``save`` serialises into a memfd libgranary made (``torch.save`` when torch
+is importable, else ``pickle.dump``; or any ``saver(obj, fileobj)``) and
+returns once the daemon has the bytes fsynced on the node's NVMe; the daemon
+publishes the destination in the background, written as the calling user,
+through a temporary file and a rename, so that a reader never sees it
+half-written.  ``status`` and ``wait`` follow a checkpoint's state:
+"staged", "local", "replicated", "published" ("failed": lost).
+"""
+import ctypes
+import errno as _errno
+import os
+import pickle
+
+import granary
+from granary._lib import lib as _lib
+
+STATES = ("staged", "local", "replicated", "published", "failed")
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("state", ctypes.c_int), ("durable", ctypes.c_int),
+                ("size", ctypes.c_uint64), ("drained", ctypes.c_uint64),
+                ("attempts", ctypes.c_uint), ("uid", ctypes.c_uint),
+                ("dest", ctypes.c_char * 4096), ("error", ctypes.c_char * 256)]
+
+
+_vp, _cp = ctypes.c_void_p, ctypes.c_char_p
+_sig = {
+    "gr_ckpt_create": (_vp, [_vp, _cp]),
+    "gr_ckpt_fd": (ctypes.c_int, [_vp]),
+    "gr_ckpt_commit": (ctypes.c_int, [_vp]),
+    "gr_ckpt_id": (ctypes.c_uint64, [_vp]),
+    "gr_ckpt_free": (None, [ctypes.POINTER(_vp)]),
+    "gr_ckpt_status": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.POINTER(_Info)]),
+    "gr_ckpt_wait": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]),
+}
+_have = all(hasattr(_lib, n) for n in _sig)
+if _have:
+    for _n, (_res, _args) in _sig.items():
+        _f = getattr(_lib, _n)
+        _f.restype = _res
+        _f.argtypes = _args
+
+_default_client = None
+
+
+def _client(client):
+    global _default_client
+    if client is not None:
+        return client
+    if _default_client is None:
+        _default_client = granary.Client()
+    return _default_client
+
+
+def _need():
+    if not _have:
+        raise OSError(_errno.ENOSYS, "this libgranary has no checkpoint calls")
+
+
+def _default_saver(obj, f):
+    try:
+        import torch
+    except ImportError:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return
+    torch.save(obj, f)
+
+
+def save(obj, dest, client=None, saver=None, wait=False, timeout=None):
+    """Serialise obj with saver(obj, fileobj) for dest (an absolute path, or
+    relative to the working directory, under one of the daemon's roots) and
+    return the checkpoint's id once it is on the node's NVMe (with wait=True:
+    once dest is published).  OSError on refusal: EACCES (under no root, or
+    you may not create dest), ENOSPC (the staging area is full), ..."""
+    _need()
+    c = _client(client)
+    h = c._handle()
+    path = os.path.abspath(os.fspath(dest))
+    k = _lib.gr_ckpt_create(h, os.fsencode(path))
+    if not k:
+        raise granary._error(h, path)
+    kp = _vp(k)
+    try:
+        fd = _lib.gr_ckpt_fd(k)
+        with os.fdopen(os.dup(fd), "wb") as f:     # the memfd's own offset, shared
+            (saver or _default_saver)(obj, f)
+        if _lib.gr_ckpt_commit(k) < 0:
+            raise granary._error(h, path)
+        cid = _lib.gr_ckpt_id(k)
+    finally:
+        _lib.gr_ckpt_free(ctypes.byref(kp))
+    if wait:
+        globals()["wait"](cid, client=c, timeout=timeout)
+    return cid
+
+
+def status(cid, client=None):
+    """The checkpoint's state as a dict: id, state, durable, size, drained,
+    attempts, uid, dest, error.  FileNotFoundError for an unknown id."""
+    _need()
+    c = _client(client)
+    h = c._handle()
+    info = _Info()
+    if _lib.gr_ckpt_status(h, cid, ctypes.byref(info)) < 0:
+        raise granary._error(h)
+    return {"id": info.id, "state": STATES[info.state] if 0 <= info.state < 5 else "?",
+            "durable": bool(info.durable), "size": info.size, "drained": info.drained,
+            "attempts": info.attempts, "uid": info.uid,
+            "dest": os.fsdecode(info.dest), "error": info.error.decode("utf-8", "replace")}
+
+
+def wait(cid, state="published", client=None, timeout=None):
+    """Wait until the checkpoint reaches state ("local", "replicated",
+    "published"); TimeoutError after timeout seconds (None: forever), OSError
+    EIO if it failed."""
+    _need()
+    c = _client(client)
+    h = c._handle()
+    ms = -1 if timeout is None else int(timeout * 1000)
+    if _lib.gr_ckpt_wait(h, cid, STATES.index(state), ms) < 0:
+        raise granary._error(h)

@@ -1,0 +1,164 @@
+#!/bin/sh
+# test_ckpt.sh - checkpoints through a real daemon (issue 18): put and
+# publish byte-exact (granaryctl put, and libgranary's gr_ckpt_* through
+# build/tests/ckpt_writer); destinations the peer may not create refused, a
+# permitted one written as the peer; a full staging area refusing up front
+# (ENOSPC); hostile requests from the spec (tests/ckpt_probe.py); a replica
+# before publishing; DFS-side faults (the directory removed, EIO on write)
+# keeping the staged copy and retrying; and a SIGKILL torture: the daemon
+# killed at random points of staging, drain and publish, the destination
+# checked byte-exact after each kill (absent or one whole version), and the
+# drains resumed at the end.  CKPT_KILLS sets the number of kills (30).
+NAME=ckpt; . tests/lib.sh
+W=build/tests/ckpt_writer
+FI=build/tests/libfaultinject.so
+KILLS=${CKPT_KILLS:-30}
+user=granary-ck
+id "$user" > /dev/null 2>&1 || useradd -M -N -s /usr/sbin/nologin "$user"
+as_user() { setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups "$@"; }
+chmod 0755 "$dir" "$dir/src"
+export GRANARY_RECONNECT_MS=0
+
+conf() {   # conf EXTRA: the test's configuration
+    write_conf "[daemon]
+socket_mode = 0666
+[checkpoint]
+capacity = 48M
+$1"
+}
+
+start() {   # start [ENV...]: the daemon, waited for
+    rm -f "$dir/sock"
+    env "$@" $GRANARYD --config "$dir/g.conf" >> "$dir/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$dir/sock" ] && return 0; sleep 0.05; done
+    echo "daemon did not start"; cat "$dir/log"; return 1
+}
+
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
+
+state_of() {   # state_of ID: its state word
+    $CTL -s "$dir/sock" ckpt status "$1" 2>/dev/null | cut -f2
+}
+
+wait_state() {   # wait_state ID STATE SECONDS
+    i=0
+    while [ $i -lt $(($3 * 10)) ]; do
+        [ "$(state_of "$1")" = "$2" ] && return 0
+        sleep 0.1; i=$((i + 1))
+    done
+    return 1
+}
+
+# ---- put and publish ----
+conf ""
+start || exit 1
+mkdir -p "$dir/src/out" "$dir/src/rootonly" "$dir/src/closed/sub" "$dir/src/mine"
+chmod 0755 "$dir/src/rootonly"; chmod 0700 "$dir/src/closed"; chown "$user" "$dir/src/mine"
+head -c 5000001 /dev/urandom > "$dir/a.bin"
+check "granaryctl put --wait publishes" $CTL -s "$dir/sock" put "$dir/a.bin" "$dir/src/out/a.ckpt" --wait
+check "the published file is byte-exact" cmp -s "$dir/a.bin" "$dir/src/out/a.ckpt"
+check "ckpt list says published and durable" sh -c "$CTL -s $dir/sock ckpt list | grep -q 'published	durable	5000001'"
+check "the staged copy is gone once published" sh -c "! ls $dir/nvme/checkpoints/*.data 2>/dev/null | grep -q ."
+check "no temporary is left beside the destination" sh -c "! ls -A $dir/src/out | grep -q granary"
+out=$($W put "$dir/sock" "$dir/src/out/b.ckpt" 10485760 7 wait)
+check "gr_ckpt_commit, then gr_ckpt_wait(PUBLISHED)" sh -c "echo '$out' | grep -q '^published'"
+check "gr_ckpt_* bytes published byte-exact" $W check "$dir/src/out/b.ckpt" 10485760 7
+$W put "$dir/sock" "$dir/src/out/b.ckpt" 3145728 8 wait > /dev/null
+check "a new version replaces the old one whole" $W check "$dir/src/out/b.ckpt" 3145728 8
+check "a put of an empty file publishes an empty file" sh -c ": > $dir/empty; $CTL -s $dir/sock put $dir/empty $dir/src/out/e --wait > /dev/null && [ -f $dir/src/out/e ] && [ ! -s $dir/src/out/e ]"
+mkdir "$dir/src/out/isdir"
+check "a destination that is a directory is refused (EISDIR)" sh -c "! $CTL -s $dir/sock put $dir/a.bin $dir/src/out/isdir 2> $dir/err && grep -q 'is a directory' $dir/err"
+
+# ---- access ----
+check "a peer may not put where it may not write (exit 4, EACCES)" sh -c "as_user() { setpriv --reuid=$user --regid=\$(id -g $user) --clear-groups \"\$@\"; }; as_user $CTL -s $dir/sock put $dir/a.bin $dir/src/rootonly/x 2> $dir/err; [ \$? -eq 4 ] && grep -q 'may not create' $dir/err"
+check "nothing was created in the refused directory" sh -c "[ -z \"\$(ls -A $dir/src/rootonly)\" ]"
+check "a peer may not put below a directory it may not search" sh -c "setpriv --reuid=$user --regid=\$(id -g $user) --clear-groups $CTL -s $dir/sock put $dir/a.bin $dir/src/closed/sub/x 2>/dev/null; [ \$? -eq 4 ] && [ -z \"\$(ls -A $dir/src/closed/sub)\" ]"
+check "a put outside the roots is refused" sh -c "! $CTL -s $dir/sock put $dir/a.bin /tmp/granary-ckpt-outside 2>/dev/null && [ ! -e /tmp/granary-ckpt-outside ]"
+cp "$dir/a.bin" "$dir/user.bin"; chmod 0644 "$dir/user.bin"
+check "a permitted put as the peer publishes" as_user $CTL -s "$dir/sock" put "$dir/user.bin" "$dir/src/mine/u.ckpt" --wait
+check "the published file belongs to the peer (written as it)" sh -c "[ \"\$(stat -c %u $dir/src/mine/u.ckpt)\" = \"\$(id -u $user)\" ] && cmp -s $dir/a.bin $dir/src/mine/u.ckpt"
+check "a peer lists only its own checkpoints" sh -c "[ \"\$(setpriv --reuid=$user --regid=\$(id -g $user) --clear-groups $CTL -s $dir/sock ckpt list | wc -l)\" = 1 ]"
+
+# ---- staging space ----
+head -c 52428800 /dev/zero > "$dir/big.bin"
+check "a checkpoint larger than the free staging space is refused (ENOSPC)" sh -c "! $CTL -s $dir/sock put $dir/big.bin $dir/src/out/big 2> $dir/err && grep -q 'staging is full' $dir/err"
+check "the refusal left nothing staged" sh -c "! ls $dir/nvme/checkpoints/ | grep -q data"
+
+# ---- hostile requests ----
+check "hostile CKPT_PUT and CKPT_LIST requests (ckpt_probe.py)" /usr/bin/python3 tests/ckpt_probe.py "$dir/sock" "$dir/src/out"
+stop
+
+# ---- a replica before publishing ----
+mkdir -p "$dir/replica"
+conf "replica_dir = $dir/replica"
+start || exit 1
+id=$($CTL -s "$dir/sock" put "$dir/a.bin" "$dir/src/out/r.ckpt" --wait | sed -n 's/^checkpoint \([0-9]*\): published.*/\1/p')
+check "with a replica_dir the checkpoint publishes" cmp -s "$dir/a.bin" "$dir/src/out/r.ckpt"
+check "the replica is byte-exact" sh -c "cmp -s $dir/a.bin $dir/replica/$id-r.ckpt"
+stop
+
+# ---- faults on the DFS side ----
+conf "drain_bandwidth = 4M"
+: > "$dir/faults"
+start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
+mkdir -p "$dir/src/gone"
+out=$($W put "$dir/sock" "$dir/src/gone/x" 8388608 21)
+id=$(echo "$out" | sed -n 's/^acked //p')
+rm -rf "$dir/src/gone"
+i=0; while [ $i -lt 100 ] && ! $CTL -s "$dir/sock" ckpt status "$id" | grep -q error; do sleep 0.1; i=$((i + 1)); done
+check "a drain whose directory went away fails and says why" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'local.*error: .*No such file'"
+check "the staged copy is kept" test -s "$dir/nvme/checkpoints/$id.data"
+mkdir "$dir/src/gone"
+check "the retry publishes once the directory is back" wait_state "$id" published 30
+check "the retried checkpoint is byte-exact" $W check "$dir/src/gone/x" 8388608 21
+mkdir -p "$dir/src/eio"
+echo "weio /src/eio/" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+out=$($W put "$dir/sock" "$dir/src/eio/y" 2097152 22)
+id=$(echo "$out" | sed -n 's/^acked //p')
+i=0; while [ $i -lt 100 ] && ! $CTL -s "$dir/sock" ckpt status "$id" | grep -q error; do sleep 0.1; i=$((i + 1)); done
+check "EIO writing the destination fails the drain, staged copy kept" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'local.*Input/output error' && test -s $dir/nvme/checkpoints/$id.data"
+check "the destination was never half there" test ! -e "$dir/src/eio/y"
+: > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+check "the retry publishes once writes work" wait_state "$id" published 30
+check "the retried checkpoint is byte-exact (EIO)" $W check "$dir/src/eio/y" 2097152 22
+stop
+
+# ---- SIGKILL torture ----
+conf "drain_bandwidth = 12M"
+mkdir -p "$dir/src/tort"
+dest="$dir/src/tort/model.ckpt"
+size=6291456
+v=0; last_acked=0; torn=0; in_drain=0
+while [ $v -lt "$KILLS" ]; do
+    v=$((v + 1))
+    start || break
+    $W put "$dir/sock" "$dest" $size $v > "$dir/w.out" 2>/dev/null &
+    wpid=$!
+    sleep "0.$(od -An -N2 -tu2 /dev/urandom | awk '{printf "%03d", $1 % 800}')"
+    kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+    wait "$wpid" 2>/dev/null
+    grep -q '^acked' "$dir/w.out" && last_acked=$v
+    grep -lEq '^state (local|replicated)' "$dir"/nvme/checkpoints/*.ckpt 2>/dev/null && in_drain=$((in_drain + 1))
+    if [ -e "$dest" ]; then
+        ok=0; u=1
+        while [ $u -le $v ]; do $W check "$dest" $size $u && { ok=1; break; }; u=$((u + 1)); done
+        [ $ok -eq 1 ] || { torn=$((torn + 1)); echo "torn destination after kill $v"; }
+    fi
+done
+echo "     ($in_drain of $KILLS kills left a drain to resume)"
+check "$KILLS kills: the destination was always absent or one whole version" test $torn -eq 0
+check "some kills landed in a drain" test $in_drain -gt 0
+start || exit 1
+i=0
+while [ $i -lt 600 ] && $CTL -s "$dir/sock" ckpt list | grep -Eq '	(staged|local|replicated)	'; do sleep 0.1; i=$((i + 1)); done
+check "after the last restart every drain resumed and published" sh -c "! $CTL -s $dir/sock ckpt list | grep -Eq '	(staged|local|replicated)	'"
+final=0; u=$last_acked
+while [ $u -le $v ] && [ $last_acked -gt 0 ]; do $W check "$dest" $size $u && { final=$u; break; }; u=$((u + 1)); done
+check "the destination is the last acknowledged version or a later one (acked $last_acked, found $final)" test $final -ge $last_acked -a $last_acked -gt 0
+check "no staged copy left once all are published" sh -c "! ls $dir/nvme/checkpoints/ | grep -q data"
+check "no temporary left beside the destination" sh -c "! ls -A $dir/src/tort | grep -q granary"
+stop
+check "the daemon's log has no sanitizer report" sh -c "! grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error' $dir/log"
+[ $fails -eq 0 ] || { echo "--- daemon log"; tail -30 "$dir/log"; }
+[ $fails -eq 0 ]
