@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "grow.h"
 #include "datasets.h"
 #include "judge.h"
 #include "list.h"
@@ -262,23 +263,6 @@ typedef struct djob {
     char path[];
 } djob;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    size_t nc = *cap ? *cap : 64;
-    void *q;
-
-    if (need <= *cap)
-        return 0;
-    while (nc < need)
-        nc *= 2;
-    q = realloc(*p, nc * elem);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 static int collect(void *arg, const char *name, const struct stat *st, const void *acl,
                    size_t acl_len)
 {
@@ -287,9 +271,9 @@ static int collect(void *arg, const char *name, const struct stat *st, const voi
     size_t al = acl_len == SOURCE_ACL_UNREADABLE ? 0 : acl_len;
     bent *e;
 
-    if (grow((void **)&j->ents, &j->cap, j->n + 1, sizeof(*j->ents)) < 0 ||
-        grow((void **)&j->names, &j->ncap, j->nlen + nl, 1) < 0 ||
-        (al && grow((void **)&j->acls, &j->acap, j->alen + al, 1) < 0))
+    if (gr__grow((void **)&j->ents, &j->cap, j->n + 1, sizeof(*j->ents)) < 0 ||
+        gr__grow((void **)&j->names, &j->ncap, j->nlen + nl, 1) < 0 ||
+        (al && gr__grow((void **)&j->acls, &j->acap, j->alen + al, 1) < 0))
         return -ENOMEM;
     e = &j->ents[j->n++];
     e->name_off = (uint32_t)j->nlen;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "grow.h"
 #include "manifest.h"
 
 #define MF_MAGIC      0x31464d47u       /* "GMF1" */
@@ -428,23 +429,6 @@ void mf_build_free(mf_builder **bp)
     *bp = NULL;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    size_t nc = *cap ? *cap : 64;
-    void *q;
-
-    if (need <= *cap)
-        return 0;
-    while (nc < need)
-        nc *= 2;
-    q = realloc(*p, nc * elem);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 static int64_t add_node(mf_builder *b, int64_t parent, const char *name, size_t len,
                         const struct stat *st, const void *acl, size_t acl_len)
 {
@@ -453,8 +437,8 @@ static int64_t add_node(mf_builder *b, int64_t parent, const char *name, size_t 
     if (b->n >= MF_MAX_ENTRIES || len > MF_MAX_NAME || b->names_len + len > UINT32_MAX ||
         b->acl_bytes + acl_len > UINT32_MAX)
         return -E2BIG;
-    if (grow((void **)&b->nodes, &b->cap, b->n + 1, sizeof(*b->nodes)) < 0 ||
-        grow((void **)&b->names, &b->names_cap, b->names_len + len, 1) < 0)
+    if (gr__grow((void **)&b->nodes, &b->cap, b->n + 1, sizeof(*b->nodes)) < 0 ||
+        gr__grow((void **)&b->names, &b->names_cap, b->names_len + len, 1) < 0)
         return -ENOMEM;
     n = &b->nodes[b->n];
     memset(n, 0, sizeof(*n));
@@ -474,8 +458,8 @@ static int64_t add_node(mf_builder *b, int64_t parent, const char *name, size_t 
     n->size = (uint64_t)st->st_size;
     n->ino = (uint64_t)st->st_ino;
     if (acl && acl_len) {
-        if (grow((void **)&b->acls, &b->acl_cap, b->acl_bytes + acl_len, 1) < 0 ||
-            grow((void **)&b->acl_tab, &b->nacl_cap, b->nacl + 1, sizeof(*b->acl_tab)) < 0)
+        if (gr__grow((void **)&b->acls, &b->acl_cap, b->acl_bytes + acl_len, 1) < 0 ||
+            gr__grow((void **)&b->acl_tab, &b->nacl_cap, b->nacl + 1, sizeof(*b->acl_tab)) < 0)
             return -ENOMEM;
         memcpy(b->acls + b->acl_bytes, acl, acl_len);
         b->acl_tab[b->nacl].off = (uint32_t)b->acl_bytes;

@@ -297,6 +297,20 @@ static void set_pinned(dram *d, chunk *c, int pinned)
         d->pinned_bytes -= c->cap;
 }
 
+/* Drop the policy's victim: 0, or -1 when there is none (all pinned). */
+static int evict_one(dram *d)
+{
+    policy_node *v = policy_victim(d->pol);
+
+    if (!v)
+        return -1;
+    if (chunk_of(v)->prefetched)
+        d->prefetch_wasted++;
+    dram_remove(d, chunk_of(v));
+    d->evictions++;
+    return 0;
+}
+
 chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int64_t owner)
 {
     arena_block blk;
@@ -310,28 +324,16 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
         d->not_admitted++;
     /* An admitted chunk keeps the policy within its capacity (the arena
      * less the reserve for refused chunks, see dram_new_pages)... */
-    while (admitted && policy_used(d->pol) + block_size(len) > policy_capacity(d->pol)) {
-        policy_node *v = policy_victim(d->pol);
-        if (!v)
-            break;
-        if (chunk_of(v)->prefetched)
-            d->prefetch_wasted++;
-        dram_remove(d, chunk_of(v));
-        d->evictions++;
-    }
+    while (admitted && policy_used(d->pol) + block_size(len) > policy_capacity(d->pol) &&
+           evict_one(d) == 0)
+        ;
     /* ...and evicts until a block frees up.  A victim still leased or being
      * sent frees nothing yet, and buddies may need several victims to
      * merge, so this can take more than one.  A refused chunk displaces
      * nothing: it takes a free block (the reserve) or the heap. */
-    while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM && admitted) {
-        policy_node *v = policy_victim(d->pol);
-        if (!v)
-            break;
-        if (chunk_of(v)->prefetched)
-            d->prefetch_wasted++;
-        dram_remove(d, chunk_of(v));
-        d->evictions++;
-    }
+    while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM && admitted &&
+           evict_one(d) == 0)
+        ;
     if (rc < 0) {
         d->heap_fallbacks++;
         c = chunk_new(key, len);
