@@ -118,7 +118,7 @@ $(LIBSO): $(LIBSO).0
 
 # The LD_PRELOAD shim (client/preload.c) with libgranary linked in; the
 # archive's symbols are hidden so that only the wrapped libc calls are exported.
-$(B)/libgranary_preload.so: $(call obj,client/preload.c client/preload_stdio.c client/preload_mmap.c) $(LIBA)
+$(B)/libgranary_preload.so: $(call obj,client/preload.c client/preload_stdio.c client/preload_mmap.c client/preload_meta.c) $(LIBA)
 	$(CC) -shared -pthread $(LDSAN) -Wl,--exclude-libs,ALL -o $@ $^ -ldl
 
 $(GRANARYD): $(call obj,daemon/main.c daemon/reload.c) $(LIBD)

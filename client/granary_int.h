@@ -160,6 +160,13 @@ gr__meta *gr__meta_new(void);
 void gr__meta_free(gr__meta *m);
 gr__meta *gr__meta_of(gr_client *c);
 
+/* STAT of absolute path abs from the daemon's manifests (or the client's
+ * cache of them), with no fallback to the file system: 0 and *st, or
+ * -errno (-ENODATA / -ENOKEY: the daemon cannot answer; -ENOENT: not there
+ * as of the dataset's last scan; connection errors).  Threads: takes the
+ * lock. */
+int gr__stat_manifest(gr_client *c, const char *abs, struct stat *st);
+
 /* For the LD_PRELOAD shim, which shares descriptor numbers with the
  * program it runs in.  gr__client_fd: c's socket descriptor, -1 when not
  * connected (no lock taken).  gr__client_disown_fd: the program has taken

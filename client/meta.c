@@ -245,6 +245,20 @@ static int stat_dec(void *arg, const struct proto_msg *m)
     return 0;
 }
 
+int gr__stat_manifest(gr_client *c, const char *abs, struct stat *st)
+{
+    stat_call s = { abs, st, 0 };
+
+    if (abs[0] != '/')
+        return -EINVAL;
+    if (meta_get(gr__meta_of(c), abs, st))
+        return 0;
+    if (gr__call(c, PROTO_OP_STAT, stat_enc, stat_dec, &s) < 0)
+        return -errno;
+    meta_put(gr__meta_of(c), abs, strlen(abs), st, s.valid_ms);
+    return 0;
+}
+
 int gr_stat(gr_client *c, const char *path, struct stat *st)
 {
     char abs[PATH_MAX];

@@ -1285,6 +1285,39 @@ void pl__busy_enter(void)
     pl_busy++;
 }
 
+int pl__meta_path(const char *path, char *out, size_t outlen)
+{
+    int ok;
+
+    pl_busy++;
+    pthread_once(&pl.once, pl_init_once);
+    ok = !pl.off && !pl.any && pl_map_path(path, out, outlen);
+    pl_busy--;
+    return ok;
+}
+
+void *pl__conn(struct gr_client **c)
+{
+    pl_conn *pc = pl_conn_get();
+
+    *c = pc ? pc->c : NULL;
+    return pc;
+}
+
+void pl__conn_put(void *ref, int broken)
+{
+    pl_conn *pc = ref, *dead;
+
+    if (!pc)
+        return;
+    if (broken)
+        __atomic_store_n(&pc->broken, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&pl.lock);
+    dead = pl_conn_unref_locked(pc);
+    pthread_mutex_unlock(&pl.lock);
+    pl_conn_free(dead);
+}
+
 void pl__busy_leave(void)
 {
     pl_busy--;

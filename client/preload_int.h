@@ -37,4 +37,16 @@ PL_HIDDEN void pl__busy_leave(void);
  * bookkeeping (then every wrapper calls the real function). */
 PL_HIDDEN int pl__busy(void);
 
+/* For preload_meta.c: 1 and the daemon's name of absolute path in out when
+ * it lies under the shim's roots (known roots only: with none, 0), else 0.
+ * Keeps errno. */
+PL_HIDDEN int pl__meta_path(const char *path, char *out, size_t outlen);
+
+/* The shim's connection to the daemon (*c; NULL when it cannot be
+ * reached) with a reference, given back by pl__conn_put (broken: a call
+ * on it failed at the connection level, so the next one reconnects). */
+struct gr_client;
+PL_HIDDEN void *pl__conn(struct gr_client **c);
+PL_HIDDEN void pl__conn_put(void *ref, int broken);
+
 #endif

@@ -444,6 +444,36 @@ done
 check "stdio streams were served (bytes_served +3000000)" grew "$b" 3000000
 
 # --- the daemon goes away ---------------------------------------------------------
+# stat from a registered dataset's manifest (issue 15): the same answers as
+# the file system's, looked up in the manifest (dataset_lookups grows), a
+# missing path ENOENT, a link's lstat the link's (the file system's).
+mkdir -p "$dir/src/ds/a"
+for k in 1 2 3; do echo "s$k" > "$dir/src/ds/a/f$k"; done
+ln -s f1 "$dir/src/ds/a/l1"
+$CTL -s "$dir/sock" dataset add "$dir/src/ds" > /dev/null
+for _ in $(seq 1 250); do $CTL -s "$dir/sock" dataset list | grep -q ': ready,' && break; sleep 0.02; done
+cat > "$dir/st.py" <<'PY'
+import os, sys
+t = sys.argv[1]
+for p in ("a/f1", "a/f2", "a", "", "a/l1"):
+    f = os.path.join(t, p) if p else t
+    s, l = os.stat(f), os.lstat(f)
+    print(p, s.st_ino, s.st_size, s.st_mode, s.st_uid, s.st_mtime_ns, l.st_ino, l.st_mode)
+try:
+    os.stat(os.path.join(t, "a", "nope"))
+    print("nope exists")
+except FileNotFoundError:
+    print("nope ENOENT")
+print(os.path.isfile(os.path.join(t, "a", "f3")), os.path.getsize(os.path.join(t, "a", "f3")))
+PY
+$PY "$dir/st.py" "$dir/src/ds" > "$dir/st.plain" 2>&1
+l0=$($CTL -s "$dir/sock" stats --json | sed -n 's/.*"dataset_lookups": *\([0-9]*\).*/\1/p')
+pre $PY "$dir/st.py" "$dir/src/ds" > "$dir/st.shim" 2>&1
+l1=$($CTL -s "$dir/sock" stats --json | sed -n 's/.*"dataset_lookups": *\([0-9]*\).*/\1/p')
+check "stat and lstat under the shim: the file system's answers" cmp -s "$dir/st.plain" "$dir/st.shim"
+check "stat under the shim: from the manifest (dataset_lookups $l0 -> $l1)" test "$l1" -gt "$l0"
+$CTL -s "$dir/sock" dataset remove 1 > /dev/null
+
 cat > "$dir/die.py" <<PY
 import os, signal, time
 data = open("$dir/out/big.copy", "rb").read()
