@@ -55,6 +55,10 @@
  * fdopen'ed stream, close_range, a raw syscall) and reused is never served
  * from the wrong file.
  *
+ * Metadata.  stat, lstat and fstatat of a registered dataset's files are
+ * answered from the daemon's manifest (preload_meta.c); statx, readdir and
+ * the opens themselves still go to the file system.
+ *
  * Limits.  readv/preadv, io_uring, freopen'ed streams, writable mmaps and
  * programs that make raw system calls (Go) are not served: they read the
  * real file, which is the fallback.  All
