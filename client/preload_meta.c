@@ -26,7 +26,8 @@
  * Not covered: statx (coreutils' stat and ls use it), access/faccessat,
  * opendir/readdir, and opens: those still ask the file system.
  *
- * Threads: any; the dataset list is cached under its own lock.
+ * Threads: any; the dataset list is cached under its own lock, never held
+ * across a call to the daemon, and reset in a child after fork.
  */
 #undef _FORTIFY_SOURCE
 #include <dlfcn.h>
@@ -62,21 +63,41 @@ static struct {
     char *tops[PLM_MAX_TOPS];           /* ready datasets' tops (the daemon's names) */
 } plm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Refresh the dataset list when it is old (lock held; c connected). */
-static void plm_list_locked(gr_client *c, double now)
+/* After fork the child has one thread: a lock some other thread of the
+ * parent held is reset, never waited for. */
+static void plm_atfork_child(void)
 {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    plm.lock = fresh;
+}
+
+static pthread_once_t plm_once = PTHREAD_ONCE_INIT;
+
+static void plm_init(void)
+{
+    pthread_atfork(NULL, NULL, plm_atfork_child);
+}
+
+/* Refresh the dataset list when it is old (c connected).  The round trip
+ * is made without the lock held; the new list replaces the old whole. */
+static void plm_list(gr_client *c, double now)
+{
+    char *tops[PLM_MAX_TOPS], *old[PLM_MAX_TOPS];
     gr_field *f = NULL;
     size_t n = 0;
     const char *path = NULL;
+    int nt = 0, nold;
 
-    if (plm.listed && now - plm.listed < PLM_LIST_S)
+    pthread_mutex_lock(&plm.lock);
+    if (plm.listed && now - plm.listed < PLM_LIST_S) {
+        pthread_mutex_unlock(&plm.lock);
         return;
-    plm.listed = now;
-    for (int i = 0; i < plm.ntops; i++)
-        free(plm.tops[i]);
-    plm.ntops = 0;
+    }
+    plm.listed = now;                   /* one thread lists; the others use the old list */
+    pthread_mutex_unlock(&plm.lock);
     if (gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &f, &n) < 0)
-        return;
+        n = 0;
     /* Records run "id" first per dataset; a dataset counts once ready. */
     for (size_t i = 0; i < n; i++) {
         if (!strcmp(f[i].name, "id"))
@@ -84,10 +105,18 @@ static void plm_list_locked(gr_client *c, double now)
         else if (!strcmp(f[i].name, "path") && f[i].is_text)
             path = f[i].text;
         else if (!strcmp(f[i].name, "state") && f[i].is_text && !strcmp(f[i].text, "ready") &&
-                 path && plm.ntops < PLM_MAX_TOPS && (plm.tops[plm.ntops] = strdup(path)))
-            plm.ntops++;
+                 path && nt < PLM_MAX_TOPS && (tops[nt] = strdup(path)))
+            nt++;
     }
     free(f);
+    pthread_mutex_lock(&plm.lock);
+    nold = plm.ntops;
+    memcpy(old, plm.tops, sizeof(old[0]) * (size_t)nold);
+    memcpy(plm.tops, tops, sizeof(tops[0]) * (size_t)nt);
+    plm.ntops = nt;
+    pthread_mutex_unlock(&plm.lock);
+    for (int i = 0; i < nold; i++)
+        free(old[i]);
 }
 
 /* Whether daemon path d lies in a listed dataset (lock held). */
@@ -132,8 +161,9 @@ static int plm_stat(const char *path, struct stat *st, int *err)
     pl__busy_enter();
     ref = pl__conn(&c);
     if (c) {
+        pthread_once(&plm_once, plm_init);
+        plm_list(c, gr__now_s());
         pthread_mutex_lock(&plm.lock);
-        plm_list_locked(c, gr__now_s());
         mine = plm_in_dataset_locked(d);
         pthread_mutex_unlock(&plm.lock);
     }
