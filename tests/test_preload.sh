@@ -472,6 +472,33 @@ pre $PY "$dir/st.py" "$dir/src/ds" > "$dir/st.shim" 2>&1
 l1=$($CTL -s "$dir/sock" stats --json | sed -n 's/.*"dataset_lookups": *\([0-9]*\).*/\1/p')
 check "stat and lstat under the shim: the file system's answers" cmp -s "$dir/st.plain" "$dir/st.shim"
 check "stat under the shim: from the manifest (dataset_lookups $l0 -> $l1)" test "$l1" -gt "$l0"
+# Threads stat the dataset while the main thread forks children that stat
+# it too (a DataLoader's shape): no child may hang on a lock a parent's
+# thread held at the fork.
+cat > "$dir/stfork.py" <<'PY'
+import os, sys, threading, time
+t = sys.argv[1]
+stop = False
+def spin():
+    while not stop:
+        os.stat(os.path.join(t, "a", "f1"))
+ths = [threading.Thread(target=spin) for _ in range(3)]
+for th in ths:
+    th.start()
+for i in range(40):
+    pid = os.fork()
+    if pid == 0:
+        os.stat(os.path.join(t, "a", "f2"))
+        os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    assert st == 0, st
+stop = True
+for th in ths:
+    th.join()
+print("ok")
+PY
+pre timeout 60 $PY "$dir/stfork.py" "$dir/src/ds" > "$dir/stfork.log" 2>&1
+check "stat under the shim: 40 forks beside stat'ing threads, none hangs" grep -qx ok "$dir/stfork.log"
 $CTL -s "$dir/sock" dataset remove 1 > /dev/null
 
 cat > "$dir/die.py" <<PY
