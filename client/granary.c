@@ -2002,28 +2002,7 @@ gr__meta *gr__meta_of(gr_client *c)
 
 int gr__call(gr_client *c, uint8_t op, gr__enc_fn enc, gr__dec_fn dec, void *arg)
 {
-    uint8_t req[PROTO_HDR_LEN + PROTO_READDIR_PREFIX + PROTO_MAX_PATH];
-    proto_msg m;
-    uint32_t id;
-    ssize_t len;
-    int rc;
-
-    pthread_mutex_lock(&c->lock);
-    id = take_id(c);
-    len = enc(arg, req, sizeof(req), id);
-    if (len < 0) {
-        rc = fail(c, (int)len);
-    } else {
-        rc = call_ok(c, req, (size_t)len, id, op, &m);
-        if (rc == 0) {
-            c->errtext[0] = '\0';
-            rc = dec(arg, &m);
-            if (rc < 0)
-                rc = fail(c, rc);
-        }
-    }
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    return gr__call_fd(c, op, -1, enc, dec, arg);
 }
 
 int gr__call_fd(gr_client *c, uint8_t op, int fd, gr__enc_fn enc, gr__dec_fn dec, void *arg)
@@ -2040,7 +2019,7 @@ int gr__call_fd(gr_client *c, uint8_t op, int fd, gr__enc_fn enc, gr__dec_fn dec
     if (len < 0) {
         rc = fail(c, (int)len);
     } else {
-        c->proof_fd = fd;           /* borrowed: sent with this request only */
+        c->proof_fd = fd;           /* borrowed, or -1: sent with this request only */
         rc = call_ok(c, req, (size_t)len, id, op, &m);
         c->proof_fd = -1;
         if (rc == 0) {
