@@ -6,15 +6,9 @@
 #include <errno.h>
 #include <string.h>
 
+#include "le.h"
 #include "proto.h"
 
-/* Little-endian load/store without alignment assumptions. */
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
-static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
-static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 static const char *const proto_op_names[PROTO_OP_MAX_] = {
     [PROTO_OP_HELLO] = "hello",
@@ -43,14 +37,14 @@ void proto_encode_hdr(void *buf, uint8_t op, uint16_t flags, uint32_t req_id,
 {
     uint8_t *p = buf;
 
-    put32(p, PROTO_MAGIC);
+    gr__le_put32(p, PROTO_MAGIC);
     p[4] = PROTO_VERSION;
     p[5] = op;
-    put16(p + 6, flags);
-    put32(p + 8, req_id);
-    put32(p + 12, body_len);
-    put32(p + 16, (uint32_t)status);
-    put32(p + 20, 0);
+    gr__le_put16(p + 6, flags);
+    gr__le_put32(p + 8, req_id);
+    gr__le_put32(p + 12, body_len);
+    gr__le_put32(p + 16, (uint32_t)status);
+    gr__le_put32(p + 20, 0);
 }
 
 int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
@@ -59,14 +53,14 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
 
     if (len < PROTO_HDR_LEN)
         return PROTO_NEED_MORE;
-    h->magic = get32(p);
+    h->magic = gr__le_get32(p);
     h->version = p[4];
     h->op = p[5];
-    h->flags = get16(p + 6);
-    h->req_id = get32(p + 8);
-    h->body_len = get32(p + 12);
-    h->status = (int32_t)get32(p + 16);
-    h->reserved = get32(p + 20);
+    h->flags = gr__le_get16(p + 6);
+    h->req_id = gr__le_get32(p + 8);
+    h->body_len = gr__le_get32(p + 12);
+    h->status = (int32_t)gr__le_get32(p + 16);
+    h->reserved = gr__le_get32(p + 20);
     if (h->magic != PROTO_MAGIC)
         return -EPROTO;
     if (h->version != PROTO_VERSION)
@@ -91,29 +85,29 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
 
 static void dec_attr(const uint8_t *b, proto_attr *a)
 {
-    a->handle = get32(b);
-    a->chunk_size = get32(b + 4);
-    a->size = get64(b + 8);
-    a->ino = get64(b + 16);
-    a->dev = get64(b + 24);
-    a->mtime_sec = (int64_t)get64(b + 32);
-    a->mtime_nsec = get32(b + 40);
-    a->mode = get32(b + 44);
-    a->blksize = get32(b + 48);
-    a->uid = get32(b + 52);
-    a->gid = get32(b + 56);
-    a->nlink = get32(b + 60);
+    a->handle = gr__le_get32(b);
+    a->chunk_size = gr__le_get32(b + 4);
+    a->size = gr__le_get64(b + 8);
+    a->ino = gr__le_get64(b + 16);
+    a->dev = gr__le_get64(b + 24);
+    a->mtime_sec = (int64_t)gr__le_get64(b + 32);
+    a->mtime_nsec = gr__le_get32(b + 40);
+    a->mode = gr__le_get32(b + 44);
+    a->blksize = gr__le_get32(b + 48);
+    a->uid = gr__le_get32(b + 52);
+    a->gid = gr__le_get32(b + 56);
+    a->nlink = gr__le_get32(b + 60);
 }
 
 static int dec_hello(const uint8_t *b, proto_hello *x)
 {
-    x->version = get32(b);
-    x->max_msg = get32(b + 4);
-    x->max_data = get32(b + 8);
-    x->chunk_size = get32(b + 12);
-    x->lease_cache = get64(b + 16);
-    x->lease_ttl_ms = get32(b + 24);
-    x->reserved = get32(b + 28);
+    x->version = gr__le_get32(b);
+    x->max_msg = gr__le_get32(b + 4);
+    x->max_data = gr__le_get32(b + 8);
+    x->chunk_size = gr__le_get32(b + 12);
+    x->lease_cache = gr__le_get64(b + 16);
+    x->lease_ttl_ms = gr__le_get32(b + 24);
+    x->reserved = gr__le_get32(b + 28);
     return x->reserved ? -EPROTO : 0;
 }
 
@@ -124,9 +118,9 @@ static int dec_readx_body(const uint8_t *b, uint32_t n, proto_readx *rx)
 
     if (n < PROTO_READX_PREFIX)
         return -EPROTO;
-    ne = get16(b);
-    il = get32(b + 4);
-    if (get16(b + 2) != 0)
+    ne = gr__le_get16(b);
+    il = gr__le_get32(b + 4);
+    if (gr__le_get16(b + 2) != 0)
         return -EPROTO;
     if (ne > PROTO_MAX_EXTENTS || il > PROTO_MAX_DATA)
         return -EMSGSIZE;
@@ -136,7 +130,7 @@ static int dec_readx_body(const uint8_t *b, uint32_t n, proto_readx *rx)
      * a reply that re-encodes differently is not one the daemon sent
      * (found by tests/fuzz/fuzz_proto.c). */
     for (uint32_t i = 0; i < ne; i++)
-        if (get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
+        if (gr__le_get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
             return -EPROTO;
     rx->nextents = ne;
     rx->extents = b + PROTO_READX_PREFIX;
@@ -150,9 +144,9 @@ static int dec_read(proto_msg *m, const uint8_t *b, uint32_t max)
 {
     if (m->h.body_len != PROTO_READ_LEN)
         return -EPROTO;
-    m->u.read.handle = get32(b);
-    m->u.read.len = get32(b + 4);
-    m->u.read.off = get64(b + 8);
+    m->u.read.handle = gr__le_get32(b);
+    m->u.read.len = gr__le_get32(b + 4);
+    m->u.read.off = gr__le_get64(b + 8);
     return m->u.read.len > max ? -EMSGSIZE : 0;
 }
 
@@ -164,8 +158,8 @@ static int dec_hint(proto_msg *m, const uint8_t *b)
 
     if (n < PROTO_HINT_PREFIX)
         return -EPROTO;
-    flags = get32(b);
-    count = get32(b + 4);
+    flags = gr__le_get32(b);
+    count = gr__le_get32(b + 4);
     if (flags & ~PROTO_HINT_CLEAR)
         return -EPROTO;
     if (count > PROTO_MAX_HINTS)
@@ -174,7 +168,7 @@ static int dec_hint(proto_msg *m, const uint8_t *b)
         uint32_t plen;
         if (n - off < PROTO_HINT_ENT_FIXED)
             return -EPROTO;
-        plen = get32(b + off + 16);
+        plen = gr__le_get32(b + off + 16);
         if (plen == 0)
             return -EPROTO;
         if (plen > PROTO_MAX_PATH)
@@ -240,9 +234,9 @@ static int dec_request(proto_msg *m, const uint8_t *b)
             return -EPROTO;
         if (n - PROTO_OPENX_PREFIX > PROTO_MAX_PATH)
             return -EMSGSIZE;
-        m->u.openx.off = get64(b);
-        m->u.openx.len = get32(b + 8);
-        m->u.openx.flags = get32(b + 12);
+        m->u.openx.off = gr__le_get64(b);
+        m->u.openx.len = gr__le_get32(b + 8);
+        m->u.openx.flags = gr__le_get32(b + 12);
         m->u.openx.path = (const char *)b + PROTO_OPENX_PREFIX;
         m->u.openx.path_len = n - PROTO_OPENX_PREFIX;
         if (m->u.openx.flags & ~(PROTO_OPENX_CLOSE | PROTO_OPENX_IFCHEAP))
@@ -262,9 +256,9 @@ static int dec_request(proto_msg *m, const uint8_t *b)
             return -EPROTO;
         if (n - PROTO_READDIR_PREFIX > PROTO_MAX_PATH)
             return -EMSGSIZE;
-        m->u.readdir.cookie = get64(b);
-        m->u.readdir.max = get32(b + 8);
-        m->u.readdir.flags = get32(b + 12);
+        m->u.readdir.cookie = gr__le_get64(b);
+        m->u.readdir.max = gr__le_get32(b + 8);
+        m->u.readdir.flags = gr__le_get32(b + 12);
         m->u.readdir.path = (const char *)b + PROTO_READDIR_PREFIX;
         m->u.readdir.path_len = n - PROTO_READDIR_PREFIX;
         if (m->u.readdir.flags & ~PROTO_READDIR_PLUS)
@@ -275,7 +269,7 @@ static int dec_request(proto_msg *m, const uint8_t *b)
     case PROTO_OP_CLOSE:
         if (n != 4)
             return -EPROTO;
-        m->u.handle = get32(b);
+        m->u.handle = gr__le_get32(b);
         return 0;
     case PROTO_OP_READ:
         return dec_read(m, b, PROTO_MAX_DATA);
@@ -349,8 +343,8 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         if (n < PROTO_OPENX_FIXED)
             return -EPROTO;
         dec_attr(b, &m->u.openx_reply.attr);
-        rs = (int32_t)get32(b + PROTO_ATTR_LEN);
-        if (rs > 0 || rs < -4095 || get32(b + PROTO_ATTR_LEN + 4) != 0)
+        rs = (int32_t)gr__le_get32(b + PROTO_ATTR_LEN);
+        if (rs > 0 || rs < -4095 || gr__le_get32(b + PROTO_ATTR_LEN + 4) != 0)
             return -EPROTO;
         m->u.openx_reply.read_status = rs;
         rc = dec_readx_body(b + PROTO_OPENX_FIXED, n - PROTO_OPENX_FIXED, &m->u.openx_reply.rx);
@@ -364,18 +358,18 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
     case PROTO_OP_CLOSE:
         return n == 0 ? 0 : -EPROTO;
     case PROTO_OP_STAT:
-        if (n != PROTO_STAT_LEN || get32(b + PROTO_ATTR_LEN + 4) != 0)
+        if (n != PROTO_STAT_LEN || gr__le_get32(b + PROTO_ATTR_LEN + 4) != 0)
             return -EPROTO;
         dec_attr(b, &m->u.stat.attr);
-        m->u.stat.valid_ms = get32(b + PROTO_ATTR_LEN);
+        m->u.stat.valid_ms = gr__le_get32(b + PROTO_ATTR_LEN);
         return 0;
     case PROTO_OP_READDIR: {
         uint32_t count, flags, k = 0;
         size_t off = PROTO_READDIR_REPLY;
-        if (n < PROTO_READDIR_REPLY || get32(b + 20) != 0)
+        if (n < PROTO_READDIR_REPLY || gr__le_get32(b + 20) != 0)
             return -EPROTO;
-        count = get32(b + 8);
-        flags = get32(b + 16);
+        count = gr__le_get32(b + 8);
+        flags = gr__le_get32(b + 16);
         if (flags & ~PROTO_READDIR_PLUS)
             return -EPROTO;
         if (count > PROTO_MAX_DIRENTS)
@@ -384,7 +378,7 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
             uint32_t nl;
             if (n - off < 4)
                 return -EPROTO;
-            nl = get16(b + off + 2);
+            nl = gr__le_get16(b + off + 2);
             if (!PROTO_DIRENT_VALID(b[off]) || b[off + 1] != 0 ||
                 nl == 0 || nl > 255 || n - off < PROTO_DIRENT_SIZE(nl, flags & PROTO_READDIR_PLUS))
                 return -EPROTO;
@@ -394,9 +388,9 @@ static int dec_reply(proto_msg *m, const uint8_t *b)
         }
         if (off != n)
             return -EPROTO;
-        m->u.dirents.next = get64(b);
+        m->u.dirents.next = gr__le_get64(b);
         m->u.dirents.count = count;
-        m->u.dirents.valid_ms = get32(b + 12);
+        m->u.dirents.valid_ms = gr__le_get32(b + 12);
         m->u.dirents.flags = flags;
         m->u.dirents.ents = b + PROTO_READDIR_REPLY;
         m->u.dirents.len = n - PROTO_READDIR_REPLY;
@@ -463,13 +457,13 @@ ssize_t proto_enc_hello(void *buf, size_t cap, uint16_t flags, uint32_t req_id,
 
     if (!b)
         return -EMSGSIZE;
-    put32(b, hello->version);
-    put32(b + 4, hello->max_msg);
-    put32(b + 8, hello->max_data);
-    put32(b + 12, hello->chunk_size);
-    put64(b + 16, hello->lease_cache);
-    put32(b + 24, hello->lease_ttl_ms);
-    put32(b + 28, 0);
+    gr__le_put32(b, hello->version);
+    gr__le_put32(b + 4, hello->max_msg);
+    gr__le_put32(b + 8, hello->max_data);
+    gr__le_put32(b + 12, hello->chunk_size);
+    gr__le_put64(b + 16, hello->lease_cache);
+    gr__le_put32(b + 24, hello->lease_ttl_ms);
+    gr__le_put32(b + 28, 0);
     return PROTO_HDR_LEN + PROTO_HELLO_LEN;
 }
 
@@ -488,18 +482,18 @@ ssize_t proto_enc_open(void *buf, size_t cap, uint32_t req_id, const char *path,
 
 static void put_attr(uint8_t *b, const proto_attr *a)
 {
-    put32(b, a->handle);
-    put32(b + 4, a->chunk_size);
-    put64(b + 8, a->size);
-    put64(b + 16, a->ino);
-    put64(b + 24, a->dev);
-    put64(b + 32, (uint64_t)a->mtime_sec);
-    put32(b + 40, a->mtime_nsec);
-    put32(b + 44, a->mode);
-    put32(b + 48, a->blksize);
-    put32(b + 52, a->uid);
-    put32(b + 56, a->gid);
-    put32(b + 60, a->nlink);
+    gr__le_put32(b, a->handle);
+    gr__le_put32(b + 4, a->chunk_size);
+    gr__le_put64(b + 8, a->size);
+    gr__le_put64(b + 16, a->ino);
+    gr__le_put64(b + 24, a->dev);
+    gr__le_put64(b + 32, (uint64_t)a->mtime_sec);
+    gr__le_put32(b + 40, a->mtime_nsec);
+    gr__le_put32(b + 44, a->mode);
+    gr__le_put32(b + 48, a->blksize);
+    gr__le_put32(b + 52, a->uid);
+    gr__le_put32(b + 56, a->gid);
+    gr__le_put32(b + 60, a->nlink);
 }
 
 ssize_t proto_enc_attr(void *buf, size_t cap, uint32_t req_id, const proto_attr *a)
@@ -533,8 +527,8 @@ ssize_t proto_enc_stat_reply(void *buf, size_t cap, uint32_t req_id, const proto
     if (!b)
         return -EMSGSIZE;
     put_attr(b, a);
-    put32(b + PROTO_ATTR_LEN, valid_ms);
-    put32(b + PROTO_ATTR_LEN + 4, 0);
+    gr__le_put32(b + PROTO_ATTR_LEN, valid_ms);
+    gr__le_put32(b + PROTO_ATTR_LEN + 4, 0);
     return PROTO_HDR_LEN + PROTO_STAT_LEN;
 }
 
@@ -549,9 +543,9 @@ ssize_t proto_enc_readdir(void *buf, size_t cap, uint32_t req_id, uint64_t cooki
     b = enc_begin(buf, cap, PROTO_OP_READDIR, 0, req_id, 0, PROTO_READDIR_PREFIX + len);
     if (!b)
         return -EMSGSIZE;
-    put64(b, cookie);
-    put32(b + 8, max);
-    put32(b + 12, flags);
+    gr__le_put64(b, cookie);
+    gr__le_put32(b + 8, max);
+    gr__le_put32(b + 12, flags);
     memcpy(b + PROTO_READDIR_PREFIX, path, len);
     return (ssize_t)(PROTO_HDR_LEN + PROTO_READDIR_PREFIX + len);
 }
@@ -577,16 +571,16 @@ ssize_t proto_enc_readdir_reply(void *buf, size_t cap, uint32_t req_id, uint64_t
     b = enc_begin(buf, cap, PROTO_OP_READDIR, PROTO_F_REPLY, req_id, 0, body);
     if (!b)
         return -EMSGSIZE;
-    put64(b, next);
-    put32(b + 8, n);
-    put32(b + 12, valid_ms);
-    put32(b + 16, flags);
-    put32(b + 20, 0);
+    gr__le_put64(b, next);
+    gr__le_put32(b + 8, n);
+    gr__le_put32(b + 12, valid_ms);
+    gr__le_put32(b + 16, flags);
+    gr__le_put32(b + 20, 0);
     p = b + PROTO_READDIR_REPLY;
     for (uint32_t i = 0; i < n; i++) {
         p[0] = ents[i].type;
         p[1] = 0;
-        put16(p + 2, (uint16_t)ents[i].name_len);
+        gr__le_put16(p + 2, (uint16_t)ents[i].name_len);
         memcpy(p + 4, ents[i].name, ents[i].name_len);
         p += 4 + ents[i].name_len;
         if (plus) {
@@ -607,7 +601,7 @@ int proto_dirent_next(const proto_msg *m, size_t *off, proto_dirent *out)
     p = m->u.dirents.ents + *off;
     memset(out, 0, sizeof(*out));
     out->type = p[0];
-    out->name_len = get16(p + 2);
+    out->name_len = gr__le_get16(p + 2);
     out->name = (const char *)p + 4;
     if (plus) {
         dec_attr(p + 4 + out->name_len, &out->attr);
@@ -628,9 +622,9 @@ ssize_t proto_enc_openx(void *buf, size_t cap, uint32_t req_id, uint64_t off, ui
     b = enc_begin(buf, cap, PROTO_OP_OPENX, 0, req_id, 0, PROTO_OPENX_PREFIX + path_len);
     if (!b)
         return -EMSGSIZE;
-    put64(b, off);
-    put32(b + 8, len);
-    put32(b + 12, flags);
+    gr__le_put64(b, off);
+    gr__le_put32(b + 8, len);
+    gr__le_put32(b + 12, flags);
     memcpy(b + PROTO_OPENX_PREFIX, path, path_len);
     return (ssize_t)(PROTO_HDR_LEN + PROTO_OPENX_PREFIX + path_len);
 }
@@ -641,7 +635,7 @@ ssize_t proto_enc_close(void *buf, size_t cap, uint32_t req_id, uint32_t handle)
 
     if (!b)
         return -EMSGSIZE;
-    put32(b, handle);
+    gr__le_put32(b, handle);
     return PROTO_HDR_LEN + 4;
 }
 
@@ -657,9 +651,9 @@ static ssize_t enc_read_op(void *buf, size_t cap, uint8_t op, uint16_t flags, ui
     b = enc_begin(buf, cap, op, flags, req_id, 0, PROTO_READ_LEN);
     if (!b)
         return -EMSGSIZE;
-    put32(b, r->handle);
-    put32(b + 4, r->len);
-    put64(b + 8, r->off);
+    gr__le_put32(b, r->handle);
+    gr__le_put32(b + 4, r->len);
+    gr__le_put64(b + 8, r->off);
     return PROTO_HDR_LEN + PROTO_READ_LEN;
 }
 
@@ -734,7 +728,7 @@ int proto_rec_u64(void *body, size_t cap, size_t *off, const char *name, uint64_
     uint8_t *p = rec_begin(body, cap, off, name, PROTO_REC_U64, 8, &rc);
 
     if (p)
-        put64(p, v);
+        gr__le_put64(p, v);
     return rc;
 }
 
@@ -748,7 +742,7 @@ int proto_rec_str(void *body, size_t cap, size_t *off, const char *name, const v
         return -EMSGSIZE;
     p = rec_begin(body, cap, off, name, PROTO_REC_STR, 4 + len, &rc);
     if (p) {
-        put32(p, (uint32_t)len);
+        gr__le_put32(p, (uint32_t)len);
         if (len)
             memcpy(p + 4, str, len);
     }
@@ -772,15 +766,15 @@ int proto_rec_next(const uint8_t *body, size_t len, size_t *off, proto_rec *out)
     case PROTO_REC_U64:
         if (len - at < 8)
             return -EPROTO;
-        out->u64 = get64(body + at);
+        out->u64 = gr__le_get64(body + at);
         out->str = NULL;
         out->len = 0;
         at += 8;
         break;
     case PROTO_REC_STR:
-        if (len - at < 4 || len - at - 4 < get32(body + at))
+        if (len - at < 4 || len - at - 4 < gr__le_get32(body + at))
             return -EPROTO;
-        out->len = get32(body + at);
+        out->len = gr__le_get32(body + at);
         out->str = (const char *)body + at + 4;
         out->u64 = 0;
         at += 4 + out->len;
@@ -813,16 +807,16 @@ ssize_t proto_enc_readx_flags(void *buf, size_t cap, uint32_t req_id, uint16_t f
 /* The READX body's fixed part (prefix and n extents) at b. */
 static void put_readx(uint8_t *b, const proto_extent *ext, uint32_t n, uint32_t inline_len)
 {
-    put16(b, (uint16_t)n);
-    put16(b + 2, 0);
-    put32(b + 4, inline_len);
+    gr__le_put16(b, (uint16_t)n);
+    gr__le_put16(b + 2, 0);
+    gr__le_put32(b + 4, inline_len);
     for (uint32_t i = 0; i < n; i++) {
         uint8_t *e = b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN;
-        put32(e, ext[i].seg);
-        put32(e + 4, ext[i].lease);
-        put64(e + 8, ext[i].off);
-        put32(e + 16, ext[i].len);
-        put32(e + 20, ext[i].flags & PROTO_EXTENT_FD);
+        gr__le_put32(e, ext[i].seg);
+        gr__le_put32(e + 4, ext[i].lease);
+        gr__le_put64(e + 8, ext[i].off);
+        gr__le_put32(e + 16, ext[i].len);
+        gr__le_put32(e + 20, ext[i].flags & PROTO_EXTENT_FD);
     }
 }
 
@@ -855,8 +849,8 @@ ssize_t proto_enc_openx_reply(void *buf, size_t cap, uint32_t req_id, const prot
     proto_encode_hdr(buf, PROTO_OP_OPENX, PROTO_F_REPLY, req_id, 0, (uint32_t)(fixed + inline_len));
     b = (uint8_t *)buf + PROTO_HDR_LEN;
     put_attr(b, a);
-    put32(b + PROTO_ATTR_LEN, (uint32_t)read_status);
-    put32(b + PROTO_ATTR_LEN + 4, 0);
+    gr__le_put32(b + PROTO_ATTR_LEN, (uint32_t)read_status);
+    gr__le_put32(b + PROTO_ATTR_LEN + 4, 0);
     put_readx(b + PROTO_OPENX_FIXED, ext, n, inline_len);
     return (ssize_t)(PROTO_HDR_LEN + fixed);
 }
@@ -933,7 +927,7 @@ ssize_t proto_enc_release(void *buf, size_t cap, uint32_t req_id, const uint32_t
     if (!b)
         return -EMSGSIZE;
     for (uint32_t i = 0; i < n; i++)
-        put32(b + 4 * i, leases[i]);
+        gr__le_put32(b + 4 * i, leases[i]);
     return (ssize_t)(PROTO_HDR_LEN + (size_t)n * 4);
 }
 
@@ -955,13 +949,13 @@ ssize_t proto_enc_hint(void *buf, size_t cap, uint32_t req_id, uint32_t flags,
     b = enc_begin(buf, cap, PROTO_OP_HINT, 0, req_id, 0, body);
     if (!b)
         return -EMSGSIZE;
-    put32(b, flags);
-    put32(b + 4, n);
+    gr__le_put32(b, flags);
+    gr__le_put32(b + 4, n);
     off = PROTO_HINT_PREFIX;
     for (uint32_t i = 0; i < n; i++) {
-        put64(b + off, ents[i].off);
-        put64(b + off + 8, ents[i].len);
-        put32(b + off + 16, ents[i].path_len);
+        gr__le_put64(b + off, ents[i].off);
+        gr__le_put64(b + off + 8, ents[i].len);
+        gr__le_put32(b + off + 16, ents[i].path_len);
         memcpy(b + off + PROTO_HINT_ENT_FIXED, ents[i].path, ents[i].path_len);
         off += PROTO_HINT_ENT_SIZE(ents[i].path_len);
     }
@@ -974,9 +968,9 @@ int proto_hint_next(const proto_msg *m, size_t *off, proto_hint_ent *out)
 
     if (*off >= m->u.hint.len)
         return 0;
-    out->off = get64(e);
-    out->len = get64(e + 8);
-    out->path_len = get32(e + 16);
+    out->off = gr__le_get64(e);
+    out->len = gr__le_get64(e + 8);
+    out->path_len = gr__le_get32(e + 16);
     out->path = (const char *)e + PROTO_HINT_ENT_FIXED;
     *off += PROTO_HINT_ENT_SIZE(out->path_len);
     return 1;
@@ -998,14 +992,14 @@ void proto_extent_at(const proto_msg *m, uint32_t i, proto_extent *out)
     const proto_readx *rx = proto_msg_readx(m);
     const uint8_t *e = rx->extents + (size_t)i * PROTO_EXTENT_LEN;
 
-    out->seg = get32(e);
-    out->lease = get32(e + 4);
-    out->off = get64(e + 8);
-    out->len = get32(e + 16);
-    out->flags = get32(e + 20);
+    out->seg = gr__le_get32(e);
+    out->lease = gr__le_get32(e + 4);
+    out->off = gr__le_get64(e + 8);
+    out->len = gr__le_get32(e + 16);
+    out->flags = gr__le_get32(e + 20);
 }
 
 uint32_t proto_release_at(const proto_msg *m, uint32_t i)
 {
-    return get32(m->u.release.ids + (size_t)i * 4);
+    return gr__le_get32(m->u.release.ids + (size_t)i * 4);
 }

@@ -676,9 +676,9 @@ START_TEST(test_inline_records)
     memset(rec, 0, ST_REC_HDR);
     rec[0] = ST_REC_VERSION;
     rec[1] = ST_KIND_INLINE;
-    st_put64(rec + 24, 2000);
-    st_put64(rec + 32, XXH3_64bits(f.buf, 2000));
-    st_put64(rec + 40, 1);
+    gr__le_put64(rec + 24, 2000);
+    gr__le_put64(rec + 32, XXH3_64bits(f.buf, 2000));
+    gr__le_put64(rec + 40, 1);
     memcpy(rec + ST_REC_HDR, f.buf, 2000);
     k[0] = 'C';
     mkkey(k + 1, 11, 2);

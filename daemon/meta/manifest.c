@@ -35,6 +35,7 @@
 #include <xxhash.h>
 
 #include "grow.h"
+#include "le.h"
 #include "manifest.h"
 
 #define MF_MAGIC      0x31464d47u       /* "GMF1" */
@@ -47,12 +48,6 @@
 #define MF_FLAG_UNLISTED 0x1
 #define MF_MAX_NAME   255               /* NAME_MAX: a longer name is not a Linux name */
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
-static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
-static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 struct manifest {
     const uint8_t *map;
@@ -94,14 +89,14 @@ static int check_structure(const manifest *m)
      * second pass may compare siblings' names. */
     for (uint32_t i = 0; i < m->n; i++) {
         const uint8_t *e = ent_at(m, i);
-        uint32_t noff = get32(e + 12), nlen = get16(e + 16);
+        uint32_t noff = gr__le_get32(e + 12), nlen = gr__le_get16(e + 16);
         if (noff > m->names_len || nlen > m->names_len - noff || nlen > MF_MAX_NAME)
             return -1;
     }
     for (uint32_t i = 0; i < m->n; i++) {
         const uint8_t *e = ent_at(m, i);
-        uint32_t parent = get32(e), first = get32(e + 4), nch = get32(e + 8);
-        uint32_t noff = get32(e + 12), nlen = get16(e + 16), acl = get32(e + 68);
+        uint32_t parent = gr__le_get32(e), first = gr__le_get32(e + 4), nch = gr__le_get32(e + 8);
+        uint32_t noff = gr__le_get32(e + 12), nlen = gr__le_get16(e + 16), acl = gr__le_get32(e + 68);
         uint8_t kind = e[18];
 
         if ((i == 0) != (parent == MF_NONE) || (i > 0 && parent >= i))
@@ -120,12 +115,12 @@ static int check_structure(const manifest *m)
             return -1;
         for (uint32_t k = 0; k < nch; k++) {
             const uint8_t *c = ent_at(m, first + k);
-            if (get32(c) != i)
+            if (gr__le_get32(c) != i)
                 return -1;
             if (k > 0) {
                 const uint8_t *p = ent_at(m, first + k - 1);
-                uint32_t pl = get16(p + 16), cl = get16(c + 16);
-                int r = memcmp(m->names + get32(p + 12), m->names + get32(c + 12),
+                uint32_t pl = gr__le_get16(p + 16), cl = gr__le_get16(c + 16);
+                int r = memcmp(m->names + gr__le_get32(p + 12), m->names + gr__le_get32(c + 12),
                                pl < cl ? pl : cl);
                 if (r > 0 || (r == 0 && pl >= cl))
                     return -1;              /* not strictly increasing */
@@ -133,13 +128,13 @@ static int check_structure(const manifest *m)
         }
     }
     for (uint32_t a = 0; a < m->nacl; a++) {
-        uint32_t off = get32(m->acltab + 8 * (size_t)a), len = get32(m->acltab + 8 * (size_t)a + 4);
+        uint32_t off = gr__le_get32(m->acltab + 8 * (size_t)a), len = gr__le_get32(m->acltab + 8 * (size_t)a + 4);
         if (off > m->acl_bytes || len > m->acl_bytes - off)
             return -1;
     }
     /* The chain: "/" down to the top, one child each. */
     for (uint32_t i = 0; i < m->top; i++)
-        if (get32(ent_at(m, i) + 8) != 1 || get32(ent_at(m, i) + 4) != i + 1)
+        if (gr__le_get32(ent_at(m, i) + 8) != 1 || gr__le_get32(ent_at(m, i) + 4) != i + 1)
             return -1;
     return m->top < m->n && ent_at(m, m->top)[18] == MF_KIND_DIR ? 0 : -1;
 }
@@ -180,28 +175,28 @@ int mf_open(const char *path, manifest **out, char *err, size_t errlen)
         return rc;
     }
     h = m->map;
-    if (get32(h) != MF_MAGIC || get32(h + 4) != MF_VERSION) {
+    if (gr__le_get32(h) != MF_MAGIC || gr__le_get32(h + 4) != MF_VERSION) {
         err_set(err, errlen, "%s: not a manifest of this version", path);
         goto fail;
     }
-    if (XXH3_64bits(h + MF_HDR, m->len - MF_HDR) != get64(h + 120)) {
+    if (XXH3_64bits(h + MF_HDR, m->len - MF_HDR) != gr__le_get64(h + 120)) {
         err_set(err, errlen, "%s: checksum mismatch (a torn or damaged manifest)", path);
         goto fail;
     }
     for (int i = 76; i < 120; i++)
         if (h[i])
             goto bad;
-    m->n = get32(h + 8);
-    m->top = get32(h + 12);
-    m->files = get64(h + 16);
-    m->dev = (dev_t)get64(h + 24);
-    m->stamp.mtime_ns = (int64_t)get64(h + 32);
-    m->stamp.ctime_ns = (int64_t)get64(h + 40);
-    m->stamp.ino = get64(h + 48);
-    m->names_len = get32(h + 56);
-    m->nacl = get32(h + 60);
-    m->acl_bytes = get64(h + 64);
-    tlen = get32(h + 72);
+    m->n = gr__le_get32(h + 8);
+    m->top = gr__le_get32(h + 12);
+    m->files = gr__le_get64(h + 16);
+    m->dev = (dev_t)gr__le_get64(h + 24);
+    m->stamp.mtime_ns = (int64_t)gr__le_get64(h + 32);
+    m->stamp.ctime_ns = (int64_t)gr__le_get64(h + 40);
+    m->stamp.ino = gr__le_get64(h + 48);
+    m->names_len = gr__le_get32(h + 56);
+    m->nacl = gr__le_get32(h + 60);
+    m->acl_bytes = gr__le_get64(h + 64);
+    tlen = gr__le_get32(h + 72);
     need = MF_HDR + (uint64_t)m->n * MF_ENT + m->names_len + 8ull * m->nacl + m->acl_bytes;
     if (m->n == 0 || need != m->len || tlen == 0 || tlen > m->names_len || tlen >= PATH_MAX)
         goto bad;
@@ -247,45 +242,45 @@ uint64_t mf_files(const manifest *m) { return m->files; }
 void mf_get(const manifest *m, uint32_t idx, mf_entry *out)
 {
     const uint8_t *e = ent_at(m, idx);
-    uint32_t acl = get32(e + 68);
+    uint32_t acl = gr__le_get32(e + 68);
 
     memset(out, 0, sizeof(*out));
     out->idx = idx;
-    out->parent = get32(e);
-    out->first_child = get32(e + 4);
-    out->nchildren = get32(e + 8);
-    out->name = (const char *)m->names + get32(e + 12);
-    out->name_len = get16(e + 16);
+    out->parent = gr__le_get32(e);
+    out->first_child = gr__le_get32(e + 4);
+    out->nchildren = gr__le_get32(e + 8);
+    out->name = (const char *)m->names + gr__le_get32(e + 12);
+    out->name_len = gr__le_get16(e + 16);
     out->is_dir = e[18] == MF_KIND_DIR;
     out->is_other = e[18] == MF_KIND_OTHER;
     out->unlisted = (e[19] & MF_FLAG_UNLISTED) != 0;
-    out->st.st_mode = (mode_t)get32(e + 20);
-    out->st.st_uid = (uid_t)get32(e + 24);
-    out->st.st_gid = (gid_t)get32(e + 28);
-    out->st.st_nlink = (nlink_t)get32(e + 32);
-    out->st.st_mtim.tv_nsec = (long)get32(e + 36);
-    out->st.st_size = (off_t)get64(e + 40);
-    out->st.st_ino = (ino_t)get64(e + 48);
-    out->st.st_mtim.tv_sec = (time_t)get64(e + 56);
-    out->st.st_blksize = (blksize_t)get32(e + 64);
-    out->st.st_blocks = (blkcnt_t)((get64(e + 40) + 511) / 512);
+    out->st.st_mode = (mode_t)gr__le_get32(e + 20);
+    out->st.st_uid = (uid_t)gr__le_get32(e + 24);
+    out->st.st_gid = (gid_t)gr__le_get32(e + 28);
+    out->st.st_nlink = (nlink_t)gr__le_get32(e + 32);
+    out->st.st_mtim.tv_nsec = (long)gr__le_get32(e + 36);
+    out->st.st_size = (off_t)gr__le_get64(e + 40);
+    out->st.st_ino = (ino_t)gr__le_get64(e + 48);
+    out->st.st_mtim.tv_sec = (time_t)gr__le_get64(e + 56);
+    out->st.st_blksize = (blksize_t)gr__le_get32(e + 64);
+    out->st.st_blocks = (blkcnt_t)((gr__le_get64(e + 40) + 511) / 512);
     out->st.st_dev = m->dev;
     if (acl) {
-        out->acl = m->acls + get32(m->acltab + 8 * (size_t)(acl - 1));
-        out->acl_len = get32(m->acltab + 8 * (size_t)(acl - 1) + 4);
+        out->acl = m->acls + gr__le_get32(m->acltab + 8 * (size_t)(acl - 1));
+        out->acl_len = gr__le_get32(m->acltab + 8 * (size_t)(acl - 1) + 4);
     }
 }
 
 uint32_t mf_child(const manifest *m, uint32_t dir, const char *name, size_t len)
 {
     const uint8_t *d = ent_at(m, dir);
-    uint32_t lo = get32(d + 4), hi = lo + get32(d + 8);
+    uint32_t lo = gr__le_get32(d + 4), hi = lo + gr__le_get32(d + 8);
 
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         const uint8_t *e = ent_at(m, mid);
-        uint32_t el = get16(e + 16);
-        int r = memcmp(m->names + get32(e + 12), name, el < len ? el : len);
+        uint32_t el = gr__le_get16(e + 16);
+        int r = memcmp(m->names + gr__le_get32(e + 12), name, el < len ? el : len);
         if (r == 0)
             r = el < len ? -1 : el > len;
         if (r == 0)
@@ -611,47 +606,47 @@ int mf_build_write(mf_builder *b, const char *path, char *err, size_t errlen)
         const bnode *v = &b->nodes[order[o]];
         uint8_t *e = ents + o * MF_ENT;
         uint32_t nch = start[order[o] + 1] - start[order[o]];
-        put32(e, v->parent < 0 ? MF_NONE : b->nodes[v->parent].out);
-        put32(e + 4, nch ? first[order[o]] : 0);
-        put32(e + 8, nch);
-        put32(e + 12, v->name_off);
-        put16(e + 16, (uint16_t)v->name_len);
+        gr__le_put32(e, v->parent < 0 ? MF_NONE : b->nodes[v->parent].out);
+        gr__le_put32(e + 4, nch ? first[order[o]] : 0);
+        gr__le_put32(e + 8, nch);
+        gr__le_put32(e + 12, v->name_off);
+        gr__le_put16(e + 16, (uint16_t)v->name_len);
         e[18] = v->is_dir ? MF_KIND_DIR : S_ISREG(v->mode) ? MF_KIND_FILE : MF_KIND_OTHER;
         e[19] = v->unlisted ? MF_FLAG_UNLISTED : 0;
-        put32(e + 20, v->mode);
-        put32(e + 24, v->uid);
-        put32(e + 28, v->gid);
-        put32(e + 32, v->nlink);
-        put32(e + 36, v->mtime_nsec);
-        put64(e + 40, v->size);
-        put64(e + 48, v->ino);
-        put64(e + 56, (uint64_t)v->mtime_sec);
-        put32(e + 64, v->blksize);
-        put32(e + 68, v->acl);
+        gr__le_put32(e + 20, v->mode);
+        gr__le_put32(e + 24, v->uid);
+        gr__le_put32(e + 28, v->gid);
+        gr__le_put32(e + 32, v->nlink);
+        gr__le_put32(e + 36, v->mtime_nsec);
+        gr__le_put64(e + 40, v->size);
+        gr__le_put64(e + 48, v->ino);
+        gr__le_put64(e + 56, (uint64_t)v->mtime_sec);
+        gr__le_put32(e + 64, v->blksize);
+        gr__le_put32(e + 68, v->acl);
     }
     for (size_t a = 0; a < b->nacl; a++) {
-        put32(atab + 8 * a, b->acl_tab[a].off);
-        put32(atab + 8 * a + 4, b->acl_tab[a].len);
+        gr__le_put32(atab + 8 * a, b->acl_tab[a].off);
+        gr__le_put32(atab + 8 * a + 4, b->acl_tab[a].len);
     }
-    put32(hdr, MF_MAGIC);
-    put32(hdr + 4, MF_VERSION);
-    put32(hdr + 8, (uint32_t)n);
-    put32(hdr + 12, b->nodes[b->nchain - 1].out);
-    put64(hdr + 16, b->files);
-    put64(hdr + 24, (uint64_t)b->dev);
-    put64(hdr + 32, (uint64_t)b->stamp.mtime_ns);
-    put64(hdr + 40, (uint64_t)b->stamp.ctime_ns);
-    put64(hdr + 48, b->stamp.ino);
-    put32(hdr + 56, (uint32_t)b->names_len);
-    put32(hdr + 60, (uint32_t)b->nacl);
-    put64(hdr + 64, b->acl_bytes);
-    put32(hdr + 72, (uint32_t)strlen(b->top));
+    gr__le_put32(hdr, MF_MAGIC);
+    gr__le_put32(hdr + 4, MF_VERSION);
+    gr__le_put32(hdr + 8, (uint32_t)n);
+    gr__le_put32(hdr + 12, b->nodes[b->nchain - 1].out);
+    gr__le_put64(hdr + 16, b->files);
+    gr__le_put64(hdr + 24, (uint64_t)b->dev);
+    gr__le_put64(hdr + 32, (uint64_t)b->stamp.mtime_ns);
+    gr__le_put64(hdr + 40, (uint64_t)b->stamp.ctime_ns);
+    gr__le_put64(hdr + 48, b->stamp.ino);
+    gr__le_put32(hdr + 56, (uint32_t)b->names_len);
+    gr__le_put32(hdr + 60, (uint32_t)b->nacl);
+    gr__le_put64(hdr + 64, b->acl_bytes);
+    gr__le_put32(hdr + 72, (uint32_t)strlen(b->top));
     XXH3_64bits_reset(xs);
     XXH3_64bits_update(xs, ents, n * MF_ENT);
     XXH3_64bits_update(xs, b->names, b->names_len);
     XXH3_64bits_update(xs, atab, 8 * b->nacl);
     XXH3_64bits_update(xs, b->acls ? b->acls : (const uint8_t *)"", b->acl_bytes);
-    put64(hdr + 120, XXH3_64bits_digest(xs));
+    gr__le_put64(hdr + 120, XXH3_64bits_digest(xs));
 
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

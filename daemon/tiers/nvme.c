@@ -90,11 +90,11 @@ static void st_rec_encode(uint8_t out[ST_REC_HDR], const st_rec *r)
     memset(out, 0, 8);
     out[0] = ST_REC_VERSION;
     out[1] = (uint8_t)r->kind;
-    st_put64(out + 8, r->cls_bytes);
-    st_put64(out + 16, r->slot);
-    st_put64(out + 24, r->len);
-    st_put64(out + 32, r->csum);
-    st_put64(out + 40, r->atime);
+    gr__le_put64(out + 8, r->cls_bytes);
+    gr__le_put64(out + 16, r->slot);
+    gr__le_put64(out + 24, r->len);
+    gr__le_put64(out + 32, r->csum);
+    gr__le_put64(out + 40, r->atime);
 }
 
 /* 0, or -EINVAL when the value is not a well-formed record. */
@@ -103,11 +103,11 @@ int nvme__rec_decode(const uint8_t *v, size_t vlen, st_rec *r)
     if (vlen < ST_REC_HDR || v[0] != ST_REC_VERSION || v[1] > ST_KIND_SLOT)
         return -EINVAL;
     r->kind = v[1];
-    r->cls_bytes = st_get64(v + 8);
-    r->slot = st_get64(v + 16);
-    r->len = st_get64(v + 24);
-    r->csum = st_get64(v + 32);
-    r->atime = st_get64(v + 40);
+    r->cls_bytes = gr__le_get64(v + 8);
+    r->slot = gr__le_get64(v + 16);
+    r->len = gr__le_get64(v + 24);
+    r->csum = gr__le_get64(v + 32);
+    r->atime = gr__le_get64(v + 40);
     /* An inline chunk's bytes are in its 'D' record; records written
      * before those existed carry them here (read, and replaced when the
      * chunk is written again). */
@@ -1319,7 +1319,7 @@ static void st_writeback_atimes(nvme_tier *s)
                     goto done;
             }
             st_dbkey(k, ST_PFX_ATIME, e->key);
-            st_put64(v, e->atime);
+            gr__le_put64(v, e->atime);
             rocksdb_writebatch_put(b, (const char *)k, sizeof(k), (const char *)v, sizeof(v));
             if (e->has_arec) {
                 s->garbage += add;              /* the old one */

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "htab.h"
+#include "le.h"
 #include "policy.h"
 #include "idset.h"
 #include "nvme.h"
@@ -132,21 +133,6 @@ struct nvme_tier {
 static inline uint64_t st_round(uint64_t x)
 {
     return (x + NVME_ALIGN - 1) & ~(uint64_t)(NVME_ALIGN - 1);
-}
-
-static inline void st_put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint64_t st_get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
 }
 
 static inline void st_dbkey(uint8_t out[ST_DBKEY_LEN], char pfx, const uint8_t key[CHUNK_KEY_LEN])

@@ -166,13 +166,13 @@ static int st_check_meta(nvme_tier *s, char *err, size_t errlen)
         snprintf(err, errlen, "%s/index: a RocksDB database that is not a granary store", s->path);
         return -EINVAL;
     }
-    if (!e && got && (vlen != 8 || st_get64((uint8_t *)got) != ((uint64_t)ST_REC_VERSION << 32 | ST_META_MAGIC))) {
+    if (!e && got && (vlen != 8 || gr__le_get64((uint8_t *)got) != ((uint64_t)ST_REC_VERSION << 32 | ST_META_MAGIC))) {
         snprintf(err, errlen, "%s: not a granary store of format %d", s->path, ST_REC_VERSION);
         rocksdb_free(got);
         return -EINVAL;
     }
     if (!e && !got) {
-        st_put64(v, (uint64_t)ST_REC_VERSION << 32 | ST_META_MAGIC);
+        gr__le_put64(v, (uint64_t)ST_REC_VERSION << 32 | ST_META_MAGIC);
         rocksdb_put(s->db, s->wopts, ST_META_KEY, 1, (const char *)v, sizeof(v), &e);
     }
     rocksdb_free(got);
@@ -363,7 +363,7 @@ static int st_load_index(nvme_tier *s, st_dels *d, char *err, size_t errlen)
                 cat = nc;
             }
             memcpy(at[nat].key, k + 1, CHUNK_KEY_LEN);
-            at[nat++].atime = st_get64(v);
+            at[nat++].atime = gr__le_get64(v);
             continue;
         }
         if (klen == ST_DBKEY_LEN && k[0] == ST_PFX_CHUNK &&
