@@ -493,6 +493,7 @@ int gr_ckpt_status(gr_client *c, uint64_t id, gr_ckpt_info *out);
 int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms);
 
 #define GR_ADMIN_CKPT_LIST 15      /* "id" (optional) -> per checkpoint "id", "dest", "state", ... */
+#define GR_ADMIN_PEERS 16          /* none -> per peer-cache member "name", "state", "transport", ... */
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,7 @@ static void usage(FILE *out)
             "                     stage SRC as a checkpoint for DEST (returns once it is on the\n"
             "                     node's NVMe; --wait: once DEST is published)\n"
             "  ckpt list          checkpoints and their states;  ckpt status ID  one of them\n"
+            "  peers [--json]     the peer cache's members: state, transport, hits, latency\n"
             "options:\n"
             "  -s, --socket PATH  the daemon's socket (default: $GRANARY_SOCKET, else the\n"
             "                     [daemon] socket of /etc/granary/granary.conf)\n"
@@ -1619,6 +1620,99 @@ static int cmd_ckpt(int argc, char **argv)
     return rc;
 }
 
+/* ---- peers ---- */
+
+static uint64_t field_num(const gr_field *f, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!f[i].is_text && !strcmp(f[i].name, name))
+            return f[i].num;
+    return 0;
+}
+
+static const char *field_text(const gr_field *f, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (f[i].is_text && !strcmp(f[i].name, name))
+            return f[i].text;
+    return "";
+}
+
+/* One member's records (from its "name" to the next) as a table row or a
+ * JSON object. */
+static void print_peer(const gr_field *f, size_t n, int json, int first)
+{
+    char b1[32], b2[32];
+
+    if (json) {
+        printf("%s{", first ? "" : ", ");
+        for (size_t i = 0; i < n; i++) {
+            printf("%s", i ? ", " : "");
+            json_str(f[i].name);
+            printf(": ");
+            if (f[i].is_text)
+                json_str(f[i].text);
+            else
+                printf("%" PRIu64, f[i].num);
+        }
+        printf("}");
+        return;
+    }
+    gr__size_format(field_num(f, n, "bytes"), b1, sizeof(b1));
+    gr__size_format(field_num(f, n, "served_bytes"), b2, sizeof(b2));
+    printf("%-24s %-7s %-5s %8" PRIu64 " %9s %6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %7" PRIu64
+           " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %9s\n",
+           field_text(f, n, "name"), field_text(f, n, "state"), field_text(f, n, "transport"),
+           field_num(f, n, "hits"), b1, field_num(f, n, "misses"), field_num(f, n, "errors"),
+           field_num(f, n, "timeouts"), field_num(f, n, "corrupt"), field_num(f, n, "p50_us"),
+           field_num(f, n, "p99_us"), field_num(f, n, "served"), b2);
+}
+
+static int cmd_peers(int argc, char **argv)
+{
+    int json = 0, rc = 0, first = 1;
+    gr_field *f = NULL;
+    size_t n = 0, start = 0;
+    gr_client *c;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else {
+            fprintf(!strcmp(argv[i], "--help") ? stdout : stderr,
+                    "usage: granaryctl peers [--json]\n"
+                    "  one line per member of the peer cache: NAME STATE (self, up, down, unknown)\n"
+                    "  TRANSPORT, chunks and bytes it gave us, its misses, errors, timeouts and\n"
+                    "  corrupt chunks, p50/p99 latency (us), chunks and bytes we served it\n");
+            return !strcmp(argv[i], "--help") ? 0 : EXIT_USAGE;
+        }
+    }
+    c = connect_or_die();
+    if (gr_admin(c, GR_ADMIN_PEERS, NULL, 0, &f, &n) < 0) {
+        fprintf(stderr, "granaryctl: peers: %s\n", gr_strerror_last(c));
+        gr_disconnect(c);
+        return EXIT_FAIL;
+    }
+    if (json)
+        printf("[");
+    else
+        printf("%-24s %-7s %-5s %8s %9s %6s %6s %8s %7s %8s %8s %8s %9s\n", "NAME", "STATE",
+               "VIA", "HITS", "BYTES", "MISSES", "ERRORS", "TIMEOUTS", "CORRUPT", "P50_US",
+               "P99_US", "SERVED", "SERVED_B");
+    for (size_t i = 1; i <= n; i++) {
+        if (i == n || !strcmp(f[i].name, "name")) {
+            print_peer(f + start, i - start, json, first);
+            first = 0;
+            start = i;
+        }
+    }
+    if (json)
+        printf("]\n");
+    free(f);
+    gr_disconnect(c);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -1678,6 +1772,8 @@ int main(int argc, char **argv)
         return cmd_put(argc, argv);
     if (!strcmp(argv[0], "ckpt"))
         return cmd_ckpt(argc, argv);
+    if (!strcmp(argv[0], "peers"))
+        return cmd_peers(argc, argv);
     if (!strcmp(argv[0], "analyze"))
         return cmd_analyze(argc, argv);
     fprintf(stderr, "granaryctl: unknown command \"%s\" (try --help)\n", argv[0]);

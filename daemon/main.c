@@ -39,6 +39,7 @@
 #include "datasets.h"
 #include "workers.h"
 #include "ckpt.h"
+#include "peer.h"
 
 #define DEFAULT_CONFIG "/etc/granary/granary.conf"
 #define WRITEBACK_MAX (256ull << 20)    /* bytes queued for NVMe before skipping */
@@ -153,6 +154,7 @@ int main(int argc, char **argv)
     warmup *wu = NULL;
     datasets *dsets = NULL;
     ckpts *ck = NULL;
+    peers *prs = NULL;
     server *srv = NULL;
     metrics *met = NULL;
     FILE *trace = NULL;
@@ -251,14 +253,24 @@ int main(int argc, char **argv)
      * quarter of the tier, so that readers always find room. */
     if (sched_new(w, (unsigned)cfg.max_inflight, &sc) < 0)
         goto fail;
-    /* The chain below DRAM: the NVMe tier (if any), then the source. */
+    /* The chain below DRAM: the NVMe tier (if any), the peer cache (if
+     * any), then the source. */
     if (nvme)
         chain[nchain++] = nvme_backend(nvme);
+    if (cfg.peer_listen[0]) {
+        if (peers_new(base, &cfg, src, w, &stats, &prs, err, sizeof(err)) < 0) {
+            log_error("%s", err);
+            goto fail;
+        }
+        peers_backend(prs, &chain[nchain++]);
+    }
     source_backend(src, &chain[nchain++]);
     if (fetcher_new(d, chain, nchain, sc, w, &stats,
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
                     &fx) < 0)
         goto fail;
+    if (prs)
+        peers_set_fetcher(prs, fx);
     if (judge_new(cfg.attr_ttl, JUDGE_MAX_DIRS, &jg) < 0 || proofs_new(PROOFS_MAX, &pr) < 0 ||
         prefetcher_new(fx, d, src, jg, pr, w, &stats, &pf) < 0)
         goto fail;
@@ -332,7 +344,7 @@ int main(int argc, char **argv)
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w, .pr = pr,
             .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats, .jg = jg, .ds = dsets,
-            .ck = ck,
+            .ck = ck, .peers = prs,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
             log_error("%s", err);
@@ -387,11 +399,13 @@ fail:
     if (dsets)
         datasets_shutdown(dsets);
     ckpt_shutdown(ck);
+    peers_shutdown(prs);
     if (sc)
         sched_drain(sc);
     workers_stop(&w);
     ckpt_free(&ck);
     server_free(&srv);
+    peers_free(&prs);
     warmup_free(&wu);
     datasets_free(&dsets);
     prefetcher_free(&pf);

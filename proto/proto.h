@@ -56,6 +56,7 @@ typedef enum proto_admin_cmd {
     PROTO_ADMIN_DATASET_RESCAN = 13, /* scan one again now (admin only) */
     PROTO_ADMIN_ANALYZE = 14,   /* how each job reads, and what to set (anyone: own jobs) */
     PROTO_ADMIN_CKPT_LIST = 15,     /* checkpoints and their states (anyone: their own) */
+    PROTO_ADMIN_PEERS = 16,         /* the peer cache's members and their state (anyone) */
     PROTO_ADMIN_MAX_
 } proto_admin_cmd;
 

@@ -65,6 +65,7 @@ typedef struct config_key {
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const access_checks[] = { "fd", "judge", "none", NULL };
 static const char *const ckpt_priorities[] = { "background", "demand", NULL };
+static const char *const peer_transports[] = { "tcp", "rdma", "auto", NULL };
 static const char *const huge_pages_modes[] = { "auto", "hugetlb", "thp", "off", NULL };
 
 /* Eviction policies each tier implements.  Add a name here when a tier
@@ -159,6 +160,27 @@ static const config_key config_keys[] = {
       "before it is published; a checkpoint is durable once replicated; empty: none", CONFIG_RESTART },
     { "metrics", "listen", KT_PATH, KF_EMPTY_OK, FIELD(metrics_listen), 0, 0, NULL,
       "127.0.0.1:9464", "Prometheus /metrics endpoint: HOST:PORT or unix:/PATH; empty: off", CONFIG_RESTART },
+    { "peer", "listen", KT_PATH, KF_EMPTY_OK, FIELD(peer_listen), 0, 0, NULL,
+      "", "this node's address for the peer cache, HOST:PORT (one of nodes); empty: no peer cache",
+      CONFIG_RESTART },
+    { "peer", "nodes", KT_PATH, KF_EMPTY_OK, FIELD(peer_nodes), 0, 0, NULL,
+      "", "the peer cache's members, this node included: HOST[:PORT],... with Slurm-style ranges "
+      "(gpu[001-016,20]:7070); the port defaults to listen's", CONFIG_RESTART },
+    { "peer", "nodes_file", KT_PATH, KF_EMPTY_OK, FIELD(peer_nodes_file), 0, 0, NULL,
+      "", "or a hostfile of the members, one HOST[:PORT] per line ('#' comments); empty: nodes only",
+      CONFIG_RESTART },
+    { "peer", "key_file", KT_PATH, KF_EMPTY_OK, FIELD(peer_key_file), 0, 0, NULL,
+      "", "shared secret (at least 16 bytes) every member holds; owned by root, mode 0600 or "
+      "0400; required with listen", CONFIG_RESTART },
+    { "peer", "transport", KT_CHOICE, 0, FIELD(peer_transport), 0, 0, peer_transports,
+      "auto", "how chunks move between peers: tcp, rdma (RDMA READ, libibverbs), auto (rdma "
+      "where a device exists, else tcp)", CONFIG_RESTART },
+    { "peer", "timeout", KT_SECONDS, 0, FIELD(peer_timeout), 0, 0, NULL,
+      "5", "seconds a peer may take to answer for one chunk; then the second owner or the "
+      "source, and the peer is skipped for a back-off (1 s doubling to 30 s)", CONFIG_RESTART },
+    { "peer", "connections", KT_INT, 0, FIELD(peer_connections), 1, 256, NULL,
+      "8", "connections kept open to each peer (its concurrent requests from this node)",
+      CONFIG_RESTART },
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -709,6 +731,14 @@ int config_validate(const gr_config *c, char *err, size_t errlen)
         gr__size_format(c->dram_capacity, a, sizeof(a));
         gr__size_format(c->chunk_size, b, sizeof(b));
         err_set(err, errlen, "[dram] capacity (%s) is smaller than [source] chunk_size (%s)", a, b);
+        return -EINVAL;
+    }
+    if (c->peer_listen[0] && !c->peer_key_file[0]) {
+        err_set(err, errlen, "[peer] listen is set but key_file is not: peers must authenticate");
+        return -EINVAL;
+    }
+    if (c->peer_listen[0] && !c->peer_nodes[0] && !c->peer_nodes_file[0]) {
+        err_set(err, errlen, "[peer] listen is set but neither nodes nor nodes_file is");
         return -EINVAL;
     }
     if (c->nvme_path[0] && c->nvme_capacity < 16 * MIB) {

@@ -69,6 +69,14 @@ typedef struct gr_config {
     /* [dataset] */
     int dataset_max_entries;   /* entries one registered dataset's manifest may hold */
     char metrics_listen[128];  /* Prometheus endpoint: HOST:PORT or unix:/PATH; "" = off */
+    /* [peer] */
+    char peer_listen[300];     /* this node's peer address HOST:PORT; "" = no peer cache */
+    char peer_nodes[8192];     /* HOST:PORT,... (ranges like gpu[01-16]:7070), self included */
+    char peer_nodes_file[PATH_MAX]; /* or a hostfile: one HOST[:PORT] per line */
+    char peer_key_file[PATH_MAX]; /* the shared secret peers authenticate with (root-only) */
+    char peer_transport[8];    /* tcp | rdma | auto */
+    double peer_timeout;       /* seconds a peer may take for one chunk before we go elsewhere */
+    int peer_connections;      /* connections kept open to each peer (concurrent requests) */
 } gr_config;
 
 /*

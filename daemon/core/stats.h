@@ -31,6 +31,12 @@
     X(counter, source_reads,         "chunk reads from the source") \
     X(counter, source_bytes_read,    "bytes read from the source") \
     X(counter, source_errors,        "source reads or opens that failed") \
+    X(counter, peer_reads,           "chunks other nodes of the peer cache gave us") \
+    X(counter, peer_bytes_read,      "bytes other nodes of the peer cache gave us") \
+    X(counter, peer_served,          "chunks this node served to other nodes of the peer cache") \
+    X(counter, peer_served_bytes,    "bytes this node served to other nodes of the peer cache") \
+    X(counter, peer_refused,         "peer requests not served: not under the roots, another version here, a source error") \
+    X(counter, peer_auth_failures,   "peer connections that failed authentication (wrong key, not a member, malformed)") \
     X(counter, nvme_writes,          "chunks written to the NVMe tier") \
     X(counter, nvme_write_errors,    "chunks the NVMe tier failed to store") \
     X(counter, nvme_writes_skipped,  "chunks not written because the write-behind queue was full") \

@@ -49,6 +49,7 @@ typedef struct backend_req {
     uint64_t want;              /* the chunk's length (srcfile_chunk_len) */
     uint8_t *buf;               /* 4096-aligned, cap bytes */
     size_t cap;
+    int local_only;             /* a peer asked: peers are not asked in turn */
 } backend_req;
 
 /* Why a get did not give the chunk, for counters and the caller. */

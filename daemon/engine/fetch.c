@@ -35,6 +35,7 @@ struct pending {
     uint64_t idx;
     chunk *c;
     chunk *copy_from;           /* a quarantined chunk a proven reader claims (no backend) */
+    int local_only;             /* started for a peer: peers are not asked */
     waiter *waiters, **wtail;
     gr__hnode hn;               /* fx->pending */
     /* Filled by the worker. */
@@ -141,7 +142,7 @@ static void fetch_run(wq_job *j)
     fetcher *fx = p->fx;
     backend_req rq = {
         .key = p->key, .f = p->f, .idx = p->idx, .want = srcfile_chunk_len(p->f, p->idx),
-        .buf = p->c->data, .cap = p->c->cap,
+        .buf = p->c->data, .cap = p->c->cap, .local_only = p->local_only,
     };
 
     p->from = -1;
@@ -261,6 +262,8 @@ static void count_fetch(fetcher *fx, backend_kind k, const chunk *c)
         fx->stats->source_bytes_read += c->len;
         break;
     case BACKEND_PEER:
+        fx->stats->peer_reads++;
+        fx->stats->peer_bytes_read += c->len;
         break;
     }
 }
@@ -340,10 +343,13 @@ static void fetch_done(wq_job *j)
     free(p);
 }
 
+#define FJ_FOR_PEER 0x1             /* fetch_join: a peer's request (local only, not counted) */
+
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
 static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
-                       sched_class cls, int64_t owner, chunk *copy_from, fetch_cb cb, void *arg)
+                       sched_class cls, int64_t owner, chunk *copy_from, unsigned flags,
+                       fetch_cb cb, void *arg)
 {
     uint64_t h = key_hash(key);
     waiter *wt = NULL;
@@ -357,13 +363,14 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     if (wt) {
         wt->cb = cb;
         wt->arg = arg;
-        wt->demand = cls == SCHED_DEMAND;
+        wt->demand = cls == SCHED_DEMAND && !(flags & FJ_FOR_PEER);
     }
     n = gr__htab_find(&fx->pending, h, pending_eq, key);
     if (n) {
         p = gr__container_of(n, pending, hn);
         if (cls == SCHED_DEMAND) {
-            fx->stats->fetch_joins++;
+            if (!(flags & FJ_FOR_PEER))
+                fx->stats->fetch_joins++;
             sched_promote(fx->sc, &p->task);
         }
         if (wt) {
@@ -390,6 +397,7 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     p->f = srcfile_ref(f);
     p->idx = idx;
     p->copy_from = copy_from ? chunk_ref(copy_from) : NULL;
+    p->local_only = (flags & FJ_FOR_PEER) != 0;
     p->waiters = wt;
     p->wtail = wt ? &wt->next : &p->waiters;
     gr__htab_insert(&fx->pending, &p->hn, h);
@@ -419,7 +427,7 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
             c->prefetched = 0;
             fx->stats->prefetch_used++;
         }
-        fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, c, cb, arg);
+        fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, c, 0, cb, arg);
         chunk_unref(&c);
         return;
     }
@@ -433,7 +441,7 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
         chunk_unref(&c);
         return;
     }
-    fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, NULL, cb, arg);
+    fetch_join(fx, f, idx, key, SCHED_DEMAND, owner, NULL, 0, cb, arg);
 }
 
 void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, int64_t owner,
@@ -454,5 +462,20 @@ void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, in
             cb(arg, c, 0, NULL);
         return;
     }
-    fetch_join(fx, f, idx, key, cls, owner, NULL, cb, arg);
+    fetch_join(fx, f, idx, key, cls, owner, NULL, 0, cb, arg);
+}
+
+void fetcher_get_for_peer(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg)
+{
+    uint8_t key[CHUNK_KEY_LEN];
+    chunk *c;
+
+    chunk_key(key, f->id, idx);
+    c = dram_get(fx->dram, key);
+    if (c) {
+        cb(arg, c, 0, NULL);
+        chunk_unref(&c);
+        return;
+    }
+    fetch_join(fx, f, idx, key, SCHED_DEMAND, ARENA_QUARANTINE, NULL, FJ_FOR_PEER, cb, arg);
 }

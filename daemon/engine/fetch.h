@@ -66,6 +66,14 @@ void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb 
 void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, int64_t owner,
                       fetch_cb cb, void *arg);
 
+/*
+ * Look up chunk idx of f for another node of the peer cache (peer.h): like
+ * fetcher_get, but a miss is read from this node's own tiers and source
+ * only (never from peers: no request loops between nodes), into quarantine
+ * memory, and it is not counted as a client's lookup.
+ */
+void fetcher_get_for_peer(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg);
+
 /* Call hook(arg, key) on every demand lookup, hit or miss (hint lists
  * follow their job's consumption with it).  NULL to stop. */
 typedef void (*fetch_consume_hook)(void *arg, const uint8_t key[CHUNK_KEY_LEN]);

@@ -24,7 +24,8 @@ static int admin_only(uint8_t cmd)
 {
     return cmd != PROTO_ADMIN_HEALTH && cmd != PROTO_ADMIN_CONFIG &&
            cmd != PROTO_ADMIN_WARMUP_STATUS && cmd != PROTO_ADMIN_DATASET_LIST &&
-           cmd != PROTO_ADMIN_ANALYZE && cmd != PROTO_ADMIN_CKPT_LIST;
+           cmd != PROTO_ADMIN_ANALYZE && cmd != PROTO_ADMIN_CKPT_LIST &&
+           cmd != PROTO_ADMIN_PEERS;
 }
 
 /* An ADMIN path command or HEALTH in flight. */
@@ -646,6 +647,10 @@ void op_admin(conn *c, const proto_msg *m, int *fds, int nfds)
     (void)nfds;
     if (cmd == PROTO_ADMIN_CKPT_LIST) {    /* its own arguments */
         op_ckpt_list(c, m);
+        return;
+    }
+    if (cmd == PROTO_ADMIN_PEERS) {
+        op_peers(c, m);
         return;
     }
     if (admin_only(cmd) && !c->is_admin) {

@@ -230,6 +230,8 @@ void op_readdir(conn *c, const proto_msg *m, int *fds, int nfds);
 void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds);  /* op_ckpt.c */
 /* ADMIN CKPT_LIST (op_admin routes it here). */
 void op_ckpt_list(conn *c, const proto_msg *m);
+/* op_peer.c: ADMIN PEERS. */
+void op_peers(conn *c, const proto_msg *m);
 
 /* ---- op_meta.c: answers from the datasets' manifests ---- */
 

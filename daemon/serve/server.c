@@ -240,6 +240,8 @@ int server_metrics_jobs(void *arg, struct evbuffer *out)
                                                                         : j->switches));
         }
     }
+    if (s->d.peers && peers_metrics(s->d.peers, out) < 0)
+        rc = -1;
     return rc < 0 ? -1 : 0;
 }
 

@@ -30,6 +30,7 @@
 #include "judge.h"
 #include "workers.h"
 #include "ckpt.h"
+#include "peer.h"
 
 typedef struct server server;
 
@@ -48,6 +49,7 @@ typedef struct server_deps {
     judge *jg;                  /* access_check = judge: OPEN, STAT and READDIR judged here */
     datasets *ds;               /* registered datasets (manifests) */
     ckpts *ck;                  /* checkpoint staging; NULL when off */
+    peers *peers;               /* the peer cache; NULL when off */
     gr_stats *stats;
 } server_deps;
 
