@@ -36,7 +36,7 @@
     X(counter, peer_served,          "chunks this node served to other nodes of the peer cache") \
     X(counter, peer_served_bytes,    "bytes this node served to other nodes of the peer cache") \
     X(counter, peer_refused,         "peer requests not served: not under the roots, another version here, a source error") \
-    X(counter, peer_auth_failures,   "peer connections that failed authentication (wrong key, not a member, malformed)") \
+    X(counter, peer_auth_failures,   "peer connections that did not authenticate (wrong key on either side, not a member, malformed, too slow)") \
     X(counter, nvme_writes,          "chunks written to the NVMe tier") \
     X(counter, nvme_write_errors,    "chunks the NVMe tier failed to store") \
     X(counter, nvme_writes_skipped,  "chunks not written because the write-behind queue was full") \

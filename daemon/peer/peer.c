@@ -818,10 +818,14 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     pconn *pc = arg;
     (void)bev;
 
-    if (what & BEV_EVENT_TIMEOUT && pc->state != PC_READY)
-        auth_failed(pc, "it did not authenticate in time");
-    else
+    if (pc->state == PC_READY)
         pconn_close(pc);
+    else if (what & BEV_EVENT_TIMEOUT)
+        auth_failed(pc, "it did not authenticate in time");
+    else if (pc->state == PC_AUTH)
+        auth_failed(pc, "it left after our proof (it holds a different key_file?)");
+    else
+        auth_failed(pc, "it left before saying who it is");
 }
 
 static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
