@@ -522,6 +522,7 @@ START_TEST(test_two_daemons)
         free(f);
     }
     gr_disconnect(ca);
+    ck_assert_int_eq(tu_daemon_stop(&a), 0);        /* a clean exit (sanitizers: no leak) */
     tu_daemon_fini(&a);
     tu_daemon_fini(&b);
     free(buf);
@@ -572,6 +573,8 @@ START_TEST(test_wrong_key)
     ck_assert_uint_eq(tu_stat(&b, "source_bytes_read"), 8 * 300000);
     gr_disconnect(ca);
     gr_disconnect(cb);
+    ck_assert_int_eq(tu_daemon_stop(&a), 0);
+    ck_assert_int_eq(tu_daemon_stop(&b), 0);
     tu_daemon_fini(&a);
     tu_daemon_fini(&b);
     free(buf);
