@@ -99,6 +99,7 @@ struct gr_client {
     gr_stale *stale;                    /* replaced segment mappings */
     int proof_fd;                       /* sent with the next request (an OPEN's access proof) */
     int need_proof;                     /* the daemon wants proofs: send them from the start */
+    int staged_fd;                      /* the fd of the last STAGED reply, until taken, or -1 */
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
     gr_seg *segs;                       /* arena segments by index */
@@ -125,6 +126,7 @@ struct gr_file {
     char *path;                         /* for re-opening after a reconnect */
     uint8_t *head;                      /* bytes the OPENX brought inline (no lease), or NULL */
     uint32_t head_len;                  /* from offset 0 */
+    int staged_fd;                      /* a staged checkpoint's copy (read-only), or -1 */
 };
 
 struct gr_ref {
@@ -362,6 +364,14 @@ static int recv_msg(gr_client *c, proto_msg *m)
     rc = proto_decode(c->rbuf, (size_t)n, m, &used);
     if (rc == 0 && !(m->h.flags & PROTO_F_REPLY))
         rc = -EPROTO;
+    /* A staged checkpoint's OPEN: its copy's fd comes last. */
+    if (rc == 0 && (m->h.flags & PROTO_F_STAGED)) {
+        if (nfds == 0)
+            return -EPROTO;
+        if (c->staged_fd >= 0)
+            close(c->staged_fd);
+        c->staged_fd = fds[--nfds];
+    }
     if (rc == 0 && proto_msg_readx(m))
         return map_segments(c, m, fds, nfds);
     gr__close_fds(fds, nfds);
@@ -685,6 +695,7 @@ gr_client *gr_connect(const char *socket_path)
     c->next_id = 1;
     c->gen = 1;
     c->proof_fd = -1;
+    c->staged_fd = -1;
     c->lc_env_max = UINT64_MAX;
     {
         const char *v = getenv("GRANARY_LEASE_CACHE");
@@ -741,6 +752,8 @@ void gr_disconnect(gr_client *c)
     }
     if (c->fd >= 0)
         close(c->fd);
+    if (c->staged_fd >= 0)
+        close(c->staged_fd);
     gr__meta_free(c->meta);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -908,6 +921,11 @@ gr_file *gr_open(gr_client *c, const char *path)
     f->c = c;
     f->a = m.u.openx_reply.attr;
     f->gen = c->gen;
+    f->staged_fd = -1;
+    if (m.h.flags & PROTO_F_STAGED) {
+        f->staged_fd = c->staged_fd;
+        c->staged_fd = -1;
+    }
     if (m.u.openx_reply.read_status == 0) {
         const proto_readx *rx = &m.u.openx_reply.rx;
         uint64_t plen = want < f->a.size ? want : f->a.size;
@@ -918,6 +936,8 @@ gr_file *gr_open(gr_client *c, const char *path)
             f->head_len = rx->inline_len;
         } else if (take_whole(c, f, &m, 0, plen, NULL) < 0) {
             close_unused(c, f->a.handle);
+            if (f->staged_fd >= 0)
+                close(f->staged_fd);
             free(f->path);
             free(f);
             f = NULL;
@@ -928,6 +948,10 @@ gr_file *gr_open(gr_client *c, const char *path)
     }
     c->errtext[0] = '\0';
 out:
+    if (c->staged_fd >= 0) {            /* a reply we did not keep */
+        close(c->staged_fd);
+        c->staged_fd = -1;
+    }
     pthread_mutex_unlock(&c->lock);
     return f;
 }
@@ -966,6 +990,8 @@ int gr_close(gr_file *f)
     report_lc(c, 0);
     pthread_mutex_unlock(&c->lock);
     free(f->head);
+    if (f->staged_fd >= 0)
+        close(f->staged_fd);
     free(f->path);
     free(f);
     return 0;
@@ -1018,6 +1044,10 @@ static int file_ready(gr_file *f, uint64_t *deadline)
         if (c->proof_fd >= 0)
             close(c->proof_fd);
         c->proof_fd = -1;
+        if (c->staged_fd >= 0) {        /* f keeps the fd of its first open */
+            close(c->staged_fd);
+            c->staged_fd = -1;
+        }
         if (rc == 0 && m.h.status == -ENOKEY && !c->need_proof) {
             c->need_proof = 1;              /* ask again, with a proof */
             continue;
@@ -1952,6 +1982,11 @@ void gr__ref_release_held(gr_ref *ref)
 {
     if (ref)
         ref_release_locked(ref->c, ref);
+}
+
+int gr__file_staged_fd(const gr_file *f)
+{
+    return f->staged_fd;
 }
 
 gr_client *gr__file_client(const gr_file *f)

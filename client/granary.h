@@ -432,7 +432,10 @@ int gr_gpu_info(gr_client *c, char *buf, size_t len);
  * fsynced, renamed into place, its directory fsynced ("published").  A
  * reader sees the old destination or the new one, never a torn one.
  * Drains survive a daemon restart.  The destination must lie under one of
- * the daemon's roots and the caller must be allowed to create it.
+ * the daemon's roots and the caller must be allowed to create it.  From
+ * "local" on, gr_open of the destination (and an open under the preload
+ * shim) reads the new checkpoint from its staged copy, for the writer and
+ * for whoever could read the published file (docs/ARCHITECTURE.md).
  */
 #define GR_CKPT_STAGED     0   /* on the node, not yet acknowledged */
 #define GR_CKPT_LOCAL      1   /* on the node's NVMe, fsynced */

@@ -106,6 +106,10 @@ void gr__ref_release_held(gr_ref *ref);
 /* The client f belongs to; the daemon's chunk size for f (0 if unknown).
  * No lock: fixed at open. */
 gr_client *gr__file_client(const gr_file *f);
+/* A read-only fd of the staged copy when f is a checkpoint not yet
+ * published (the daemon's OPEN reply was STAGED), else -1.  f's: valid
+ * until gr_close(f); dup it to keep it longer. */
+int gr__file_staged_fd(const gr_file *f);
 uint64_t gr__file_chunk_size(const gr_file *f);
 
 /*

@@ -55,6 +55,14 @@
  * fdopen'ed stream, close_range, a raw syscall) and reused is never served
  * from the wrong file.
  *
+ * Staged checkpoints.  When the daemon answers an open with a checkpoint
+ * not yet published (its reply is STAGED and brings a read-only fd of the
+ * staged copy), the descriptor becomes a duplicate of that fd (dup3 over
+ * the real one, which was the old file), so every call on it, served or
+ * not, sees the new checkpoint's bytes.  A read-only open under a root that
+ * the file system answers ENOENT asks the daemon too (one round trip), and
+ * returns a descriptor of the staged copy if there is one.
+ *
  * Metadata.  stat, lstat and fstatat of a registered dataset's files are
  * answered from the daemon's manifest (preload_meta.c); statx, readdir and
  * the opens themselves still go to the file system.
@@ -100,6 +108,7 @@
 #include "granary_int.h"
 #include "clock.h"
 #include "ini.h"
+#include "path.h"
 #include "preload_int.h"
 
 #define PL_MAX_ROOTS 16
@@ -447,7 +456,7 @@ static pl_conn *pl_conn_get(void)
     return c;
 }
 
-static void pl_track(int fd, int flags);
+static void pl_track(int fd, int flags, const char *given);
 
 /* Drop fd from pl.pending; 1 if it was there.  Caller holds pl.lock. */
 static int pl_unpend_locked(int fd)
@@ -479,7 +488,7 @@ static void pl_adopt(int fd)
     pl_busy++;
     fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
     if (fl >= 0)
-        pl_track(fd, fl);
+        pl_track(fd, fl, NULL);
     pl_busy--;
     errno = e;
 }
@@ -651,8 +660,14 @@ static int pl_conn_error(int e)
 }
 
 /* After a successful real open of fd with flags: serve it if it is a
- * read-only regular file under a root and the daemon opens the same file. */
-static void pl_track(int fd, int flags)
+ * read-only regular file under a root and the daemon opens the same file.
+ * given: the daemon's name for it (a staged checkpoint's copy, whose own
+ * name is not under a root), else NULL (the kernel's name, mapped).  When
+ * the daemon answers with a checkpoint not yet published (its OPEN reply
+ * says STAGED and brings the staged copy's fd), fd becomes a descriptor of
+ * that copy (dup3 over it, close-on-exec kept): its bytes are the ones the
+ * destination will hold once the drain ends. */
+static void pl_track(int fd, int flags, const char *given)
 {
     struct stat st, gst;
     char link[64], path[PATH_MAX], dpath[PATH_MAX];
@@ -670,15 +685,21 @@ static void pl_track(int fd, int flags)
         return;
     if (CALL_REAL(fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
         return;
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    n = readlink(link, path, sizeof(path) - 1);
-    if (n <= 0 || path[0] != '/')
-        return;
-    path[n] = '\0';
-    if (n > 10 && strcmp(path + n - 10, " (deleted)") == 0)
-        return;
-    if (!pl_map_path(path, dpath, sizeof(dpath)))
-        return;
+    if (given) {
+        if (strlen(given) >= sizeof(dpath))
+            return;
+        strcpy(dpath, given);
+    } else {
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        n = readlink(link, path, sizeof(path) - 1);
+        if (n <= 0 || path[0] != '/')
+            return;
+        path[n] = '\0';
+        if (n > 10 && strcmp(path + n - 10, " (deleted)") == 0)
+            return;
+        if (!pl_map_path(path, dpath, sizeof(dpath)))
+            return;
+    }
     conn = pl_conn_get();
     if (!conn)
         return;
@@ -686,6 +707,18 @@ static void pl_track(int fd, int flags)
     f = gr_open(conn->c, dpath);
     e = errno;
     pl_busy--;
+    if (f && gr__file_staged_fd(f) >= 0) {
+        int fdfl = CALL_REAL(fcntl, fd, F_GETFD);
+        if (fdfl < 0 ||
+            CALL_REAL(dup3, gr__file_staged_fd(f), fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0 ||
+            CALL_REAL(fstat, fd, &st) < 0) {
+            pl_busy++;
+            gr_close(f);
+            pl_busy--;
+            f = NULL;
+            e = EIO;
+        }
+    }
     if (f && (gr_fstat(f, &gst) < 0 || gst.st_ino != st.st_ino || gst.st_dev != st.st_dev ||
               gst.st_size != st.st_size)) {
         pl_busy++;                      /* not the file the kernel opened (a race) */
@@ -719,16 +752,76 @@ static void pl_track(int fd, int flags)
     pl_insert(fd, pf);
 }
 
-/* The common tail of the open wrappers: fd is the real call's result. */
-static int pl_opened(int fd, int flags)
+/*
+ * A read-only open of (dfd, path) that the file system answered ENOENT:
+ * the daemon may hold a checkpoint for it that is not published yet.  A
+ * descriptor of its staged copy (served like any other), or -1 (errno
+ * untouched).  One round trip to the daemon per such open under a root.
+ */
+static int pl_open_staged(int dfd, const char *path, int flags)
+{
+    char abs[PATH_MAX], dpath[PATH_MAX], link[64];
+    pl_conn *conn, *dead;
+    gr_file *f;
+    ssize_t n;
+    int fd = -1;
+
+    if (!path || !*path || (flags & O_ACCMODE) != O_RDONLY ||
+        (flags & (O_PATH | O_DIRECTORY | O_CREAT | O_TRUNC)))
+        return -1;
+    pthread_once(&pl.once, pl_init_once);
+    if (pl.off)
+        return -1;
+    if (path[0] == '/' || dfd == AT_FDCWD) {
+        if (gr__path_abs(path, abs, sizeof(abs)) < 0)
+            return -1;
+    } else {
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", dfd);
+        n = readlink(link, abs, sizeof(abs) - 1);
+        if (n <= 0 || abs[0] != '/' || (size_t)n + 1 + strlen(path) >= sizeof(abs))
+            return -1;
+        abs[n] = '/';
+        strcpy(abs + n + 1, path);
+    }
+    if (!pl_map_path(abs, dpath, sizeof(dpath)))
+        return -1;
+    conn = pl_conn_get();
+    if (!conn)
+        return -1;
+    f = gr_open(conn->c, dpath);
+    if (f && gr__file_staged_fd(f) >= 0)
+        fd = CALL_REAL(fcntl, gr__file_staged_fd(f), (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD,
+                       0);
+    if (f)
+        gr_close(f);
+    pthread_mutex_lock(&pl.lock);
+    dead = pl_conn_unref_locked(conn);
+    pthread_mutex_unlock(&pl.lock);
+    pl_conn_free(dead);
+    if (fd >= 0)
+        pl_track(fd, flags, dpath);     /* served, by the name asked for */
+    return fd;
+}
+
+/* The common tail of the open wrappers: fd is the real call's result,
+ * for (dfd, path) (AT_FDCWD for the plain opens). */
+static int pl_opened(int fd, int flags, int dfd, const char *path)
 {
     int e = errno;
 
     if (fd >= 0 && !pl_busy) {
         pl_busy++;
-        pl_track(fd, flags);
+        pl_track(fd, flags, NULL);
         pl_busy--;
         errno = e;
+    } else if (fd < 0 && e == ENOENT && !pl_busy) {
+        int sfd;
+        pl_busy++;
+        sfd = pl_open_staged(dfd, path, flags);
+        pl_busy--;
+        errno = e;
+        if (sfd >= 0)
+            return sfd;
     }
     return fd;
 }
@@ -748,7 +841,7 @@ int open(const char *path, int flags, ...)
     va_start(ap, flags);
     mode = pl_mode(flags, ap);
     va_end(ap);
-    return pl_opened(CALL_REAL(open, path, flags, mode), flags);
+    return pl_opened(CALL_REAL(open, path, flags, mode), flags, AT_FDCWD, path);
 }
 
 int open64(const char *path, int flags, ...)
@@ -759,7 +852,7 @@ int open64(const char *path, int flags, ...)
     va_start(ap, flags);
     mode = pl_mode(flags, ap);
     va_end(ap);
-    return pl_opened(CALL_REAL(open64, path, flags, mode), flags);
+    return pl_opened(CALL_REAL(open64, path, flags, mode), flags, AT_FDCWD, path);
 }
 
 int openat(int dfd, const char *path, int flags, ...)
@@ -770,7 +863,7 @@ int openat(int dfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode = pl_mode(flags, ap);
     va_end(ap);
-    return pl_opened(CALL_REAL(openat, dfd, path, flags, mode), flags);
+    return pl_opened(CALL_REAL(openat, dfd, path, flags, mode), flags, dfd, path);
 }
 
 int openat64(int dfd, const char *path, int flags, ...)
@@ -781,28 +874,28 @@ int openat64(int dfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode = pl_mode(flags, ap);
     va_end(ap);
-    return pl_opened(CALL_REAL(openat64, dfd, path, flags, mode), flags);
+    return pl_opened(CALL_REAL(openat64, dfd, path, flags, mode), flags, dfd, path);
 }
 
 /* The _FORTIFY_SOURCE entry points (flags not known at compile time). */
 int __open_2(const char *path, int flags)
 {
-    return pl_opened(CALL_REAL(__open_2, path, flags), flags);
+    return pl_opened(CALL_REAL(__open_2, path, flags), flags, AT_FDCWD, path);
 }
 
 int __open64_2(const char *path, int flags)
 {
-    return pl_opened(CALL_REAL(__open64_2, path, flags), flags);
+    return pl_opened(CALL_REAL(__open64_2, path, flags), flags, AT_FDCWD, path);
 }
 
 int __openat_2(int dfd, const char *path, int flags)
 {
-    return pl_opened(CALL_REAL(__openat_2, dfd, path, flags), flags);
+    return pl_opened(CALL_REAL(__openat_2, dfd, path, flags), flags, dfd, path);
 }
 
 int __openat64_2(int dfd, const char *path, int flags)
 {
-    return pl_opened(CALL_REAL(__openat64_2, dfd, path, flags), flags);
+    return pl_opened(CALL_REAL(__openat64_2, dfd, path, flags), flags, dfd, path);
 }
 
 /* ------------------------------------------------------------------ */

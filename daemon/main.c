@@ -121,6 +121,13 @@ static void log_pages(const dram *d, const char *mode)
                  (unsigned long long)ds.segments);
 }
 
+/* A checkpoint is at its destination: the next open looks at the file
+ * there, not at attributes cached from the old one. */
+static void ckpt_published(void *arg, const char *dest)
+{
+    source_forget(arg, dest);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -305,6 +312,7 @@ int main(int argc, char **argv)
             .dir = dir, .replica_dir = cfg.ckpt_replica_dir, .capacity = cfg.ckpt_capacity,
             .bandwidth = cfg.ckpt_bandwidth, .demand = !strcmp(cfg.ckpt_priority, "demand"),
             .roots = (const char (*)[PATH_MAX])cfg.roots, .nroots = cfg.nroots,
+            .published = ckpt_published, .published_arg = src,
         };
         snprintf(dir, sizeof(dir), "%s/checkpoints", cfg.nvme_path);
         if (ckpt_new(base, w, &stats, &kc, &ck, err, sizeof(err)) < 0) {

@@ -47,6 +47,13 @@ void proto_encode_hdr(void *buf, uint8_t op, uint16_t flags, uint32_t req_id,
     gr__le_put32(p + 20, 0);
 }
 
+void proto_mark_staged(void *buf)
+{
+    uint8_t *p = buf;
+
+    gr__le_put16(p + 6, (uint16_t)(gr__le_get16(p + 6) | PROTO_F_STAGED));
+}
+
 int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
 {
     const uint8_t *p = buf;
@@ -65,11 +72,17 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h)
         return -EPROTO;
     if (h->version != PROTO_VERSION)
         return -EPROTONOSUPPORT;
-    if ((h->flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY | PROTO_F_WHOLE)) || h->reserved)
+    if ((h->flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY | PROTO_F_WHOLE | PROTO_F_STAGED)) ||
+        h->reserved)
         return -EPROTO;
     if ((h->flags & PROTO_F_REPLY) && (h->flags & (PROTO_F_NOREPLY | PROTO_F_WHOLE)))
         return -EPROTO;
     if (h->op == 0 || h->op >= PROTO_OP_MAX_)
+        return -EPROTO;
+    /* STAGED: a successful OPEN or OPENX reply only. */
+    if ((h->flags & PROTO_F_STAGED) &&
+        (!(h->flags & PROTO_F_REPLY) || h->status != 0 ||
+         (h->op != PROTO_OP_OPEN && h->op != PROTO_OP_OPENX)))
         return -EPROTO;
     if (!(h->flags & PROTO_F_REPLY) && h->status != 0)
         return -EPROTO;

@@ -64,6 +64,9 @@ typedef enum proto_admin_cmd {
 #define PROTO_F_REPLY   0x0001u         /* set on every reply */
 #define PROTO_F_NOREPLY 0x0002u         /* request: send no reply at all (CLOSE) */
 #define PROTO_F_WHOLE   0x0004u         /* READX request: extents cover whole chunks */
+#define PROTO_F_STAGED  0x0008u         /* OPEN/OPENX reply (status 0): the file is a staged
+                                         * checkpoint, not yet at its path; the reply carries
+                                         * a read-only fd of the staged copy, its last fd */
 
 /* OPENX request flags. */
 #define PROTO_OPENX_CLOSE  0x1u         /* read by path: keep no handle */
@@ -276,6 +279,8 @@ int proto_decode_hdr(const void *buf, size_t len, proto_hdr *h);
  * buf[PROTO_HDR_LEN].  Used with an iovec when the body lives elsewhere. */
 void proto_encode_hdr(void *buf, uint8_t op, uint16_t flags, uint32_t req_id,
                       int32_t status, uint32_t body_len);
+/* Set PROTO_F_STAGED in an encoded OPEN or OPENX reply's header. */
+void proto_mark_staged(void *buf);
 
 /*
  * Encoders: write a whole message into buf (cap bytes) and return its

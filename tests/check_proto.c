@@ -837,6 +837,40 @@ static int dec_mutated(uint16_t flags, int32_t status, int at, const uint8_t *by
     return dec(b, flags ? PROTO_HDR_LEN : sizeof(b), &m, &used);
 }
 
+/* STAGED: only on a successful OPEN or OPENX reply. */
+START_TEST(test_staged_flag)
+{
+    uint8_t b[PROTO_HDR_LEN + PROTO_OPENX_FIXED + PROTO_READX_PREFIX];
+    proto_attr a = { .handle = 3, .chunk_size = 1u << 20, .size = 10, .mode = 0100644 };
+    proto_msg m;
+    size_t used;
+    ssize_t n;
+
+    n = proto_enc_attr(b, sizeof(b), 7, &a);
+    ck_assert_int_gt(n, 0);
+    proto_mark_staged(b);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.flags, PROTO_F_REPLY | PROTO_F_STAGED);
+    ck_assert_uint_eq(m.u.attr.size, 10);
+    n = proto_enc_openx_reply(b, sizeof(b), 8, &a, -EAGAIN, NULL, 0, 0);
+    ck_assert_int_gt(n, 0);
+    proto_mark_staged(b);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    ck_assert_uint_eq(m.h.flags, PROTO_F_REPLY | PROTO_F_STAGED);
+    /* A request, an error reply, another opcode's reply: refused. */
+    {
+        static const uint8_t open_op = PROTO_OP_OPEN;
+        ck_assert_int_eq(dec_mutated(PROTO_F_STAGED, 0, 5, &open_op, 1), -EPROTO);
+        ck_assert_int_eq(dec_mutated(PROTO_F_REPLY | PROTO_F_STAGED, 0, 5, &open_op, 1) == 0, 0);
+        ck_assert_int_eq(dec_mutated(PROTO_F_REPLY | PROTO_F_STAGED, 0, 0, &open_op, 0), -EPROTO);
+    }
+    n = proto_enc_error(b, sizeof(b), PROTO_OP_OPEN, 9, -ENOENT, NULL);
+    ck_assert_int_gt(n, 0);
+    proto_mark_staged(b);
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), -EPROTO);
+}
+END_TEST
+
 START_TEST(test_bad_magic)
 {
     for (int i = 0; i < 4; i++) {
@@ -1667,6 +1701,7 @@ static Suite *proto_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_hdr_wire_bytes);
+    tcase_add_test(tc, test_staged_flag);
     tcase_add_test(tc, test_open_example_bytes);
     tcase_add_test(tc, test_body_wire_offsets);
     tcase_add_test(tc, test_hello);

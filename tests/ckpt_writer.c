@@ -9,6 +9,9 @@
  *   ckpt_writer direct PATH SIZE SEED               pwrite + fsync, the same
  *       bytes ("blocked_s X": first write to fsync's return)
  *   ckpt_writer check PATH SIZE SEED                exit 0 if PATH holds exactly them
+ *   ckpt_writer read SOCKET PATH SIZE SEED          the same, read through libgranary
+ *       (gr_open, gr_pread): a checkpoint not yet published is read from its
+ *       staged copy
  * The pattern is xorshift64 of SEED, 8 bytes at a time: every seed gives
  * different bytes, so a file is one version, whole, or it is not.
  */
@@ -98,6 +101,44 @@ int main(int argc, char **argv)
             printf("published %" PRIu64 "\n", gr_ckpt_id(k));
         }
         gr_ckpt_free(&k);
+        gr_disconnect(c);
+        free(buf);
+        free(got);
+        return 0;
+    }
+    if (!strcmp(argv[1], "read")) {
+        gr_client *c;
+        gr_file *f;
+        struct stat sb;
+        if (argc < 6)
+            return 2;
+        size = strtoull(argv[4], NULL, 0);
+        seed = strtoull(argv[5], NULL, 0);
+        st = seed * 2654435761u + 1;
+        c = gr_connect(argv[2]);
+        if (!c) {
+            fprintf(stderr, "ckpt_writer: %s\n", gr_strerror_last(NULL));
+            return 3;
+        }
+        f = gr_open(c, argv[3]);
+        if (!f) {
+            fprintf(stderr, "ckpt_writer: open %s: %s\n", argv[3], gr_strerror_last(c));
+            return errno == EACCES || errno == EPERM ? 4 : 1;
+        }
+        if (gr_fstat(f, &sb) < 0 || (uint64_t)sb.st_size != size) {
+            fprintf(stderr, "ckpt_writer: %s: size %lld, not %" PRIu64 "\n", argv[3],
+                    (long long)sb.st_size, size);
+            return 1;
+        }
+        for (uint64_t off = 0; off < size; off += BUF) {
+            size_t n = size - off < BUF ? (size_t)(size - off) : BUF;
+            fill(buf, n);
+            if (gr_pread(f, got, n, (off_t)off) != (ssize_t)n || memcmp(buf, got, n)) {
+                fprintf(stderr, "ckpt_writer: %s differs at or after %" PRIu64 "\n", argv[3], off);
+                return 1;
+            }
+        }
+        gr_close(f);
         gr_disconnect(c);
         free(buf);
         free(got);

@@ -124,6 +124,46 @@ check "the retry publishes once writes work" wait_state "$id" published 30
 check "the retried checkpoint is byte-exact (EIO)" $W check "$dir/src/eio/y" 2097152 22
 stop
 
+# ---- staged checkpoints read before they are published ----
+# The drain is held back by EIO on writes below /src/held (faultinject):
+# the checkpoints stay local, and an open of their destinations, through
+# libgranary and through the LD_PRELOAD shim (cmp, a real program), gets
+# the new bytes from the staged copy.  Another uid gets them only where it
+# could read the published file (the checkpoint's temporary, judged).
+conf "drain_bandwidth = 4M"
+: > "$dir/faults"
+start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
+PRE="env LD_PRELOAD=build/libgranary_preload.so GRANARY_SOCKET=$dir/sock GRANARY_PRELOAD_ROOTS=$dir/src"
+mkdir -p "$dir/src/held" "$dir/src/heldp"; chmod 0755 "$dir/src/held"; chmod 0700 "$dir/src/heldp"
+sz=3145728
+$W direct "$dir/src/held/old.ckpt" $sz 30 > /dev/null
+$W direct "$dir/exp31" $sz 31 > /dev/null; $W direct "$dir/exp32" $sz 32 > /dev/null
+check "the old file reads through the daemon before the put" $W read "$dir/sock" "$dir/src/held/old.ckpt" $sz 30
+echo "weio /src/held" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+n0=$(stat_of ckpt_staged_opens)
+id1=$($W put "$dir/sock" "$dir/src/held/new.ckpt" $sz 31 | sed -n 's/^acked //p')
+id2=$($W put "$dir/sock" "$dir/src/held/old.ckpt" $sz 32 | sed -n 's/^acked //p')
+id3=$($W put "$dir/sock" "$dir/src/heldp/p.ckpt" $sz 33 | sed -n 's/^acked //p')
+sleep 0.3
+check "the drains are held back (local, not published)" sh -c "[ \"\$($CTL -s $dir/sock ckpt status $id1 | cut -f2)\" = local ] && [ \"\$($CTL -s $dir/sock ckpt status $id2 | cut -f2)\" = local ] && [ ! -e $dir/src/held/new.ckpt ]"
+check "libgranary reads a new destination from its staged copy, byte-exact" $W read "$dir/sock" "$dir/src/held/new.ckpt" $sz 31
+check "libgranary reads the new checkpoint over the old file, byte-exact" $W read "$dir/sock" "$dir/src/held/old.ckpt" $sz 32
+check "cmp under the shim: a destination absent on the DFS" $PRE cmp "$dir/exp31" "$dir/src/held/new.ckpt"
+check "cmp under the shim: the new checkpoint, not the old file" $PRE cmp "$dir/exp32" "$dir/src/held/old.ckpt"
+check "the staged opens were counted" test "$(stat_of ckpt_staged_opens)" -ge $((n0 + 4))
+check "another uid that could read the published file reads the staged one" as_user $W read "$dir/sock" "$dir/src/held/new.ckpt" $sz 31
+check "another uid that could read the published file: cmp under the shim" as_user $PRE cmp "$dir/exp31" "$dir/src/held/new.ckpt"
+check "the writer reads its checkpoint in a directory closed to others" $W read "$dir/sock" "$dir/src/heldp/p.ckpt" $sz 33
+check "another uid is refused where it could not read the published file" sh -c "as_user() { setpriv --reuid=$user --regid=\$(id -g $user) --clear-groups \"\$@\"; }; ! as_user $W read $dir/sock $dir/src/heldp/p.ckpt $sz 33 2> $dir/err && ! grep -q differs $dir/err"
+check "... and cmp under the shim gets nothing from the daemon" sh -c "as_user() { setpriv --reuid=$user --regid=\$(id -g $user) --clear-groups \"\$@\"; }; $W direct $dir/exp33 $sz 33 > /dev/null; chmod 0644 $dir/exp33; ! as_user $PRE cmp $dir/exp33 $dir/src/heldp/p.ckpt 2>/dev/null"
+: > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+wait_state "$id1" published 40 && wait_state "$id2" published 40 && wait_state "$id3" published 40
+check "... all three published" sh -c "[ \"\$($CTL -s $dir/sock ckpt status $id2 | cut -f2)\" = published ] && [ \"\$($CTL -s $dir/sock ckpt status $id3 | cut -f2)\" = published ]"
+check "after publish libgranary reads the published file (new bytes)" $W read "$dir/sock" "$dir/src/held/old.ckpt" $sz 32
+check "after publish the file on the DFS is byte-exact" $W check "$dir/src/held/old.ckpt" $sz 32
+check "after publish cmp under the shim still matches" $PRE cmp "$dir/exp32" "$dir/src/held/old.ckpt"
+stop
+
 # ---- SIGKILL torture ----
 conf "drain_bandwidth = 12M"
 mkdir -p "$dir/src/tort"

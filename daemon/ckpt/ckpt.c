@@ -883,6 +883,8 @@ static void drain_done(wq_job *j)
         k->stats->ckpt_published++;
         k->npublished++;
         log_info("checkpoint %" PRIu64 " published: %s", c->id, c->dest);
+        if (k->cfg.published)
+            k->cfg.published(k->cfg.published_arg, c->dest);
         drain_close(d);
         XXH3_freeState(d->xs);
         k->active = NULL;
@@ -1179,6 +1181,41 @@ int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_
             return rc;
     }
     return 0;
+}
+
+int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
+{
+    const gr__list *pos;
+    const char *slash;
+
+    /* Newest first: an older checkpoint still draining is not what a
+     * reader of the destination would see once everything is published. */
+    for (pos = k->all.prev; pos != &k->all; pos = pos->prev) {
+        const ck *c = gr__list_entry(pos, ck, link);
+        if (c->state == CKPT_FAILED || strcmp(c->dest, norm) != 0)
+            continue;
+        if (c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED)
+            return 0;
+        out->id = c->id;
+        out->uid = c->cred.uid;
+        out->gid = c->cred.gid;
+        slash = strrchr(c->dest, '/');
+        snprintf(out->tmp, sizeof(out->tmp), "%.*s/", (int)(slash - c->dest), c->dest);
+        tmp_name(out->tmp + strlen(out->tmp), sizeof(out->tmp) - strlen(out->tmp), slash + 1,
+                 c->id);
+        return 1;
+    }
+    return 0;
+}
+
+int ckpt_staged_open(const ckpts *k, uint64_t id)
+{
+    char name[64];
+    int fd;
+
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", id);
+    fd = openat(k->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
 }
 
 void ckpt_shutdown(ckpts *k)

@@ -62,6 +62,10 @@ typedef struct ckpt_config {
     int demand;                 /* drains on the demand queue (else background) */
     const char (*roots)[PATH_MAX]; /* [source] roots, by index (borrowed) */
     int nroots;
+    /* Called on the loop when a checkpoint is at its destination (the read
+     * path forgets what it cached of the old file there), or NULL. */
+    void (*published)(void *arg, const char *dest);
+    void *published_arg;
 } ckpt_config;
 
 /* One checkpoint, as ckpt_each shows it.  Pointers live until the next
@@ -110,6 +114,29 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt
  * only unless id is 0), oldest first, until it returns < 0 (returned). */
 int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_info *i),
               void *arg);
+
+/* A checkpoint acknowledged (local or replicated) and not yet published,
+ * as the read path serves it before its drain ends. */
+typedef struct ckpt_staged {
+    uint64_t id;
+    uid_t uid;                  /* the writer */
+    gid_t gid;
+    char tmp[PATH_MAX];         /* the temporary beside the destination: the inode
+                                 * that becomes the destination at publish */
+} ckpt_staged;
+
+/*
+ * Whether the newest checkpoint for norm (a normalised destination; failed
+ * ones skipped) is acknowledged and not yet published: 1 with *out filled,
+ * else 0 (none, one still being staged, or the newest is published).
+ */
+int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out);
+
+/* Any thread: a read-only fd of checkpoint id's staged copy, or -errno
+ * (-ENOENT once it is published and its copy removed).  The caller owns
+ * the fd; its bytes never change (the copy is complete and fsynced from
+ * "local" on, and removed, never rewritten, after publish). */
+int ckpt_staged_open(const ckpts *k, uint64_t id);
 
 /* Stop draining (timers dropped); the job in flight ends with the
  * workers.  Then ckpt_free after workers_stop.  NULL-safe. */

@@ -125,6 +125,8 @@ static void outmsg_free(outmsg *m)
 {
     for (int i = 0; i < m->nrefs; i++)
         chunk_unref(&m->refs[i]);
+    if (m->own_last_fd && m->nfds > 0)
+        close(m->fds[m->nfds - 1]);
     free(m);
 }
 

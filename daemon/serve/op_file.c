@@ -301,35 +301,211 @@ static int open_manifest(conn *c, uint32_t req_id, int proof, char **norm, int r
     return 1;
 }
 
-/* OPEN and OPENX: path (len bytes) for c, with the proof in fds[0] if any. */
-static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, int *fds, int nfds,
-                      const openx_args *x)
+/* ---- staged checkpoints: read before they are published ---- */
+
+static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int root,
+                    const openx_args *x, uint64_t t0);
+
+/* An OPEN of a staged checkpoint's destination, judged and opened on an
+ * I/O thread. */
+typedef struct stagedreq {
+    wq_job job;
+    conn *c;
+    uint32_t req_id;
+    int proof;                  /* the client's, kept for the file system's turn */
+    char *norm;
+    int root;
+    openx_args x;
+    uint64_t t0;
+    ckpt_staged ks;
+    int judge;                  /* not the writer, not root: judge the temporary */
+    access_cred cred;
+    int fd;                     /* the staged copy, read-only */
+    struct stat st, jst;
+    int rc;
+    char errmsg[256];
+} stagedreq;
+
+static void staged_run(wq_job *j)
+{
+    stagedreq *r = (stagedreq *)j;
+    server *s = r->c->srv;
+
+    r->fd = -1;
+    if (r->judge) {
+        r->rc = judge_read(s->d.jg, r->ks.tmp, &r->cred, &r->jst, r->errmsg, sizeof(r->errmsg));
+        if (r->rc < 0)
+            return;
+    }
+    r->fd = ckpt_staged_open(s->d.ck, r->ks.id);
+    if (r->fd < 0) {
+        r->rc = r->fd;              /* published (and removed) meanwhile */
+        return;
+    }
+    if (fstat(r->fd, &r->st) < 0 || !S_ISREG(r->st.st_mode)) {
+        r->rc = -EIO;
+        close(r->fd);
+        r->fd = -1;
+        return;
+    }
+    r->rc = 0;
+}
+
+/* The handle (none for OPENX with CLOSE) and the attributes, flagged
+ * STAGED, carrying a read-only fd of the staged copy (for a client that
+ * needs a descriptor of the file, as the preload shim does).  An OPENX
+ * reads nothing here (read status -EAGAIN: read with READX). */
+static void staged_reply(conn *c, uint32_t req_id, srcfile *f, const openx_args *x)
+{
+    proto_attr a = { 0 };
+    int64_t h = 0;
+    outmsg *m;
+    int fd;
+
+    if (!(x->op == PROTO_OP_OPENX && (x->flags & PROTO_OPENX_CLOSE)))
+        h = conn_add_handle(c, f);
+    if (h < 0) {
+        reply_error(c, x->op, req_id, (int)h,
+                    h == -EMFILE ? "too many open files on this connection" : NULL);
+        return;
+    }
+    a.handle = (uint32_t)h;
+    fill_attr(&a, f);
+    m = outmsg_new(x->op == PROTO_OP_OPENX ? PROTO_OPENX_FIXED + PROTO_READX_PREFIX
+                                           : PROTO_ATTR_LEN);
+    fd = m ? fcntl(f->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (!m || fd < 0) {
+        free(m);
+        if (h > 0)
+            conn_drop_handle(c, (uint32_t)h);
+        conn_fail(c, "out of memory (or fds) for an OPEN reply");
+        return;
+    }
+    if (x->op == PROTO_OP_OPENX)
+        m->len = (size_t)proto_enc_openx_reply(m->buf, m->len, req_id, &a, -EAGAIN, NULL, 0, 0);
+    else
+        proto_enc_attr(m->buf, m->len, req_id, &a);
+    m->iov[0].iov_len = m->len;
+    proto_mark_staged(m->buf);
+    m->fds[m->nfds++] = fd;
+    m->own_last_fd = 1;
+    conn_send(c, m);
+}
+
+static void staged_done(wq_job *j)
+{
+    stagedreq *r = (stagedreq *)j;
+    conn *c = r->c;
+    server *s = c->srv;
+    srcfile *f;
+
+    c->inflight--;
+    if (c->dead || j->cancelled) {
+        if (r->fd >= 0)
+            close(r->fd);
+        free(r->norm);
+    } else if (r->rc < 0) {
+        /* Refused, or published meanwhile: the file system answers, as it
+         * would have without a checkpoint (so a refused peer learns
+         * nothing it could not learn there). */
+        if (r->rc == -EACCES)
+            s->d.stats->access_denied++;
+        open_fs(c, r->req_id, &r->proof, r->norm, r->root, &r->x, r->t0);
+    } else {
+        /* The staged copy's identity (device, inode, size, mtime: never a
+         * published file's, so no chunk of it is ever taken for one); the
+         * owner and mode the destination will have. */
+        r->st.st_uid = r->ks.uid;
+        r->st.st_gid = r->ks.gid;
+        r->st.st_mode = S_IFREG | (r->judge ? (r->jst.st_mode & 07777) : 0644);
+        f = source_pinned(s->d.src, r->norm, r->root, &r->st, r->fd);
+        if (f) {
+            s->d.stats->ckpt_staged_opens++;
+            if (c->cred.uid != 0)
+                proofs_add(s->d.pr, c->cred.uid, f->id);
+            staged_reply(c, r->req_id, f, &r->x);
+        } else {
+            reply_error(c, r->x.op, r->req_id, -ENOMEM, NULL);
+        }
+        srcfile_unref(&f);
+        conn_latency(c, GR_LAT_open, r->t0);
+    }
+    if (!c->dead)
+        conn_update_events(c);
+    if (r->proof >= 0)
+        close(r->proof);
+    conn_unref(&r->c);
+    free(r);
+}
+
+/*
+ * If norm is the destination of a checkpoint acknowledged and not yet
+ * published, serve its staged copy: to root and the writer at once, to
+ * any other peer if the daemon's judge (search on every directory from
+ * "/", read on the file: mode bits, groups, ACLs) lets it read the
+ * checkpoint's temporary beside the destination, the very inode the
+ * publish renames into place.  1 when the request was taken (norm and,
+ * via *proof set to -1, the proof with it); 0 to go on as usual.
+ */
+static int open_staged(conn *c, uint32_t req_id, int *proof, char **norm, int root,
+                       const openx_args *x, uint64_t t0)
 {
     server *s = c->srv;
-    int proof = nfds > 0 ? fds[0] : -1;
-    char err[256];
-    char *norm;
-    int root, rc;
+    stagedreq *r;
+
+    if (!s->d.ck)
+        return 0;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return 0;
+    if (!ckpt_staged_find(s->d.ck, *norm, &r->ks)) {
+        free(r);
+        return 0;
+    }
+    r->judge = c->cred.uid != 0 && c->cred.uid != r->ks.uid;
+    if (r->judge)
+        meta_cred(c, &r->cred);
+    r->c = conn_ref(c);
+    r->req_id = req_id;
+    r->proof = *proof;
+    *proof = -1;
+    r->norm = *norm;
+    *norm = NULL;
+    r->root = root;
+    r->x = *x;
+    r->t0 = t0;
+    r->fd = -1;
+    r->job.run = staged_run;
+    r->job.done = staged_done;
+    c->inflight++;
+    workers_submit(s->d.w, &r->job, WQ_DEMAND);
+    return 1;
+}
+
+/*
+ * The file system's (or a manifest's) answer to an OPEN of norm (taken),
+ * with the proof in *proof (-1: none; set to -1 when the request keeps
+ * it, else it stays the caller's to close).
+ */
+static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int root,
+                    const openx_args *x, uint64_t t0)
+{
+    server *s = c->srv;
+    int proof = *proof_slot;
     srcfile *f;
     openreq *o;
-    uint64_t t0 = gr__now_ns();
     int judged = proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "judge") == 0;
 
-    s->d.stats->opens++;
-    /* With access_check = fd a proof is asked for before the path is even
+    /* With access_check = fd a proof is asked for before the file is
      * looked at: the answer is the same whether the file exists, is cached
      * or lies in a directory this peer may not search, so an OPEN without
-     * one tells nothing. */
+     * one tells nothing.  (A staged checkpoint was looked for first, and a
+     * peer it refused gets this same answer.) */
     if (proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "fd") == 0) {
+        free(norm);
         reply_error(c, x->op, req_id, -ENOKEY,
                     "access proof required: pass your own read fd of the file with the OPEN "
                     "(libgranary does)");
-        conn_latency(c, GR_LAT_open, t0);
-        return;
-    }
-    rc = source_resolve(s->d.src, path, len, &norm, &root, err, sizeof(err));
-    if (rc < 0) {
-        reply_error(c, x->op, req_id, rc, err);
         conn_latency(c, GR_LAT_open, t0);
         return;
     }
@@ -353,8 +529,7 @@ static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, in
         reply_error(c, x->op, req_id, -ENOMEM, NULL);
         return;
     }
-    if (nfds > 0)
-        fds[0] = -1;                /* the request keeps the proof until it ends */
+    *proof_slot = -1;               /* the request keeps the proof until it ends */
     o->proof = proof;
     o->judge = judged;
     if (judged)
@@ -370,6 +545,34 @@ static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, in
     o->x = *x;
     c->inflight++;
     workers_submit(s->d.w, &o->job, WQ_DEMAND);
+}
+
+/* OPEN and OPENX: path (len bytes) for c, with the proof in fds[0] if any. */
+static void open_path(conn *c, uint32_t req_id, const char *path, size_t len, int *fds, int nfds,
+                      const openx_args *x)
+{
+    server *s = c->srv;
+    int proof = nfds > 0 ? fds[0] : -1;
+    char err[256];
+    char *norm;
+    int root, rc;
+    uint64_t t0 = gr__now_ns();
+
+    s->d.stats->opens++;
+    rc = source_resolve(s->d.src, path, len, &norm, &root, err, sizeof(err));
+    if (rc < 0) {
+        reply_error(c, x->op, req_id, rc, err);
+        conn_latency(c, GR_LAT_open, t0);
+        return;
+    }
+    if (open_staged(c, req_id, &proof, &norm, root, x, t0)) {
+        if (nfds > 0)
+            fds[0] = proof;
+        return;
+    }
+    open_fs(c, req_id, &proof, norm, root, x, t0);
+    if (nfds > 0)
+        fds[0] = proof;
 }
 
 void op_open(conn *c, const proto_msg *m, int *fds, int nfds)

@@ -52,8 +52,9 @@ struct outmsg {
     struct iovec iov[1 + READ_MAX_CHUNKS];
     chunk *refs[READ_MAX_CHUNKS];
     int nrefs;
-    int nfds;                   /* arena segment fds to pass (SCM_RIGHTS), borrowed */
-    int fds[PROTO_MAX_EXTENTS];
+    int nfds;                   /* fds to pass (SCM_RIGHTS): arena segments, borrowed */
+    int fds[PROTO_MAX_EXTENTS + 1];
+    int own_last_fd;            /* fds[nfds - 1] is the message's own, closed with it */
     uint8_t buf[];              /* header, and a small body if any */
 };
 

@@ -659,6 +659,30 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
     return srcfile_ref(f);
 }
 
+srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, int fd)
+{
+    srcfile *f = calloc(1, sizeof(*f));
+
+    if (!f) {
+        free(norm);
+        close(fd);
+        return NULL;
+    }
+    f->refs = 1;
+    gr__list_init(&f->age);
+    gr__list_init(&f->fdage);           /* on no fd list: fd_keep never drops it */
+    f->path = norm;
+    f->root = root;
+    f->st = *st;
+    f->checked_at = 0;
+    f->chunk_size = (uint32_t)source_chunk_size(s->chunk_size, (uint64_t)st->st_blksize);
+    file_id(st, f->chunk_size, f->id);
+    f->fd = fd;
+    f->src = s;
+    s->nfds++;                          /* fd_drop's count, at the last unref */
+    return f;
+}
+
 /* The identity of an open regular file fd (st filled), as source_install
  * would compute it. */
 static void identify(source *s, int fd, struct stat *st, uint8_t id[FILE_ID_LEN])

@@ -115,6 +115,13 @@ srcfile *source_install(source *s, char *norm, int root, const struct stat *st, 
  * fd that nobody is reading through; else closed at once. */
 srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *st, int fd,
                            double now);
+/* Loop thread: a srcfile for (norm, root, st) read through fd alone, kept
+ * out of the attribute cache (an OPEN of norm never finds it) and holding
+ * fd for its whole life (never closed to make room): the read path's view
+ * of a file that is not, or not yet, at norm, such as a staged checkpoint
+ * (its identity is fd's, so its chunks never meet those of the file at
+ * norm).  Takes norm and fd; NULL only on out-of-memory (both freed). */
+srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, int fd);
 /* Loop thread: fds the source holds open now: the fd cache's files and the
  * roots' directories. */
 size_t source_open_fds(source *s);

@@ -8,8 +8,9 @@
  * "no crash, no UB, no read outside the input" (libFuzzer hands the input
  * over in a heap block of exactly its size, so ASan sees any over-read):
  *   - proto_decode_hdr and proto_decode agree, and a header they accept (or
- *     refuse only for its size) has only valid flags (REPLY alone, or
- *     NOREPLY and WHOLE on a request) and re-encodes to the same 24 bytes;
+ *     refuse only for its size) has only valid flags (REPLY alone or with
+ *     STAGED on a successful OPEN or OPENX reply, or NOREPLY and WHOLE on a
+ *     request) and re-encodes to the same 24 bytes;
  *     WHOLE on anything but a READX request is -EPROTO;
  *   - a decoded message's pointers and lengths lie inside its body, and its
  *     fields within their documented limits, for every opcode: HELLO (32
@@ -516,7 +517,7 @@ static ssize_t with_flags(ssize_t r, uint8_t *buf, const proto_msg *m)
  * buffers (READ data, READX and OPENX inline bytes) get proto_encode_hdr or
  * the encoder's fixed part and a copy of the bytes, as the daemon does.
  */
-static ssize_t reencode(const proto_msg *m, uint8_t *buf, size_t cap)
+static ssize_t reencode_raw(const proto_msg *m, uint8_t *buf, size_t cap)
 {
     uint32_t n = m->h.body_len;
 
@@ -667,6 +668,16 @@ static ssize_t reencode(const proto_msg *m, uint8_t *buf, size_t cap)
     return -EINVAL;
 }
 
+/* reencode_raw, with the STAGED flag set as the daemon sets it. */
+static ssize_t reencode(const proto_msg *m, uint8_t *buf, size_t cap)
+{
+    ssize_t r = reencode_raw(m, buf, cap);
+
+    if (r > 0 && (m->h.flags & PROTO_F_STAGED))
+        proto_mark_staged(buf);
+    return r;
+}
+
 /* proto_decode of a block of exactly n bytes copied from src is rc. */
 static void check_prefix(const uint8_t *src, size_t n, int rc)
 {
@@ -748,8 +759,11 @@ static size_t check_message(const uint8_t *data, size_t size)
          * encoder gives back the same bytes. */
         CHECK(h.magic == PROTO_MAGIC && h.version == PROTO_VERSION);
         CHECK(h.op >= 1 && h.op < PROTO_OP_MAX_);
-        CHECK((h.flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY | PROTO_F_WHOLE)) == 0);
-        CHECK(!(h.flags & PROTO_F_REPLY) || (h.flags & ~PROTO_F_REPLY) == 0);
+        CHECK((h.flags & ~(PROTO_F_REPLY | PROTO_F_NOREPLY | PROTO_F_WHOLE | PROTO_F_STAGED)) == 0);
+        CHECK(!(h.flags & PROTO_F_REPLY) || (h.flags & ~(PROTO_F_REPLY | PROTO_F_STAGED)) == 0);
+        CHECK(!(h.flags & PROTO_F_STAGED) ||
+              ((h.flags & PROTO_F_REPLY) && h.status == 0 &&
+               (h.op == PROTO_OP_OPEN || h.op == PROTO_OP_OPENX)));
         CHECK(h.status <= 0 && h.status >= -4095 && h.reserved == 0);
         CHECK((h.flags & PROTO_F_REPLY) || h.status == 0);
         CHECK((rh == -EMSGSIZE) == (h.body_len > PROTO_MAX_BODY));
