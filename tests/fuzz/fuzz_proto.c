@@ -149,6 +149,7 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
         case PROTO_OP_ADMIN:
         case PROTO_OP_HINT:
         case PROTO_OP_REPORT:
+        case PROTO_OP_CKPT_PUT:
             return a->u.recs.len == b->u.recs.len &&
                    bytes_equal(a->u.recs.p, b->u.recs.p, a->u.recs.len);
         case PROTO_OP_STAT:
@@ -202,6 +203,7 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
                a->u.hint.len == b->u.hint.len &&
                bytes_equal(a->u.hint.ents, b->u.hint.ents, a->u.hint.len);
     case PROTO_OP_REPORT:
+    case PROTO_OP_CKPT_PUT:
         return a->u.recs.len == b->u.recs.len &&
                bytes_equal(a->u.recs.p, b->u.recs.p, a->u.recs.len);
     default:
@@ -356,6 +358,7 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
         case PROTO_OP_ADMIN:
         case PROTO_OP_HINT:
         case PROTO_OP_REPORT:
+        case PROTO_OP_CKPT_PUT:
             CHECK(m->u.recs.len == n && (n == 0 || m->u.recs.p == body));
             (void)rec_walk(m->u.recs.p, m->u.recs.len, 1, &bad, &all_u64);
             CHECK(!bad);
@@ -484,6 +487,12 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
         CHECK(!bad && all_u64 && k <= PROTO_MAX_REPORT);
         break;
     }
+    case PROTO_OP_CKPT_PUT:
+        /* Records (at least one), carried with the checkpoint's fd. */
+        CHECK(n > 0 && m->u.recs.len == n && m->u.recs.p == body);
+        (void)rec_walk(m->u.recs.p, m->u.recs.len, 1, &bad, &all_u64);
+        CHECK(!bad);
+        break;
     default:
         CHECK(0);
     }
@@ -545,7 +554,8 @@ static ssize_t reencode_raw(const proto_msg *m, uint8_t *buf, size_t cap)
         case PROTO_OP_STATS:
         case PROTO_OP_ADMIN:
         case PROTO_OP_HINT:
-        case PROTO_OP_REPORT: {
+        case PROTO_OP_REPORT:
+        case PROTO_OP_CKPT_PUT: {
             ssize_t r = proto_enc_records(buf, cap, m->h.op, m->h.req_id, m->u.recs.p,
                                           m->u.recs.len);
 
@@ -661,6 +671,9 @@ static ssize_t reencode_raw(const proto_msg *m, uint8_t *buf, size_t cap)
     }
     case PROTO_OP_REPORT:
         return with_flags(proto_enc_report(buf, cap, m->h.req_id, m->u.recs.p, m->u.recs.len),
+                          buf, m);
+    case PROTO_OP_CKPT_PUT:
+        return with_flags(proto_enc_ckpt_put(buf, cap, m->h.req_id, m->u.recs.p, m->u.recs.len),
                           buf, m);
     default:
         CHECK(0);
@@ -1118,7 +1131,8 @@ static void check_encoders(const uint8_t *data, size_t size)
             /* A bodiless success decodes for the replies that may be
              * empty, and for no other. */
             int empty_ok = op == PROTO_OP_CLOSE || op == PROTO_OP_READ || op == PROTO_OP_STATS ||
-                           op == PROTO_OP_ADMIN || op == PROTO_OP_HINT || op == PROTO_OP_REPORT;
+                           op == PROTO_OP_ADMIN || op == PROTO_OP_HINT || op == PROTO_OP_REPORT ||
+                           op == PROTO_OP_CKPT_PUT;   /* its reply is records, possibly none */
             size_t used = 0;
             int rc;
 
@@ -1317,10 +1331,10 @@ static void check_encoders(const uint8_t *data, size_t size)
             cap = sizeof(body);
         len = build_records(&s, body, cap, &count, &all_u64);
         if (which == 0) {
-            /* A reply of records: STATS, ADMIN, HINT and REPORT only. */
+            /* A reply of records: STATS, ADMIN, HINT, REPORT and CKPT_PUT only. */
             op = (uint8_t)(op % (PROTO_OP_MAX_ + 1));
             ok = op == PROTO_OP_STATS || op == PROTO_OP_ADMIN || op == PROTO_OP_HINT ||
-                 op == PROTO_OP_REPORT;
+                 op == PROTO_OP_REPORT || op == PROTO_OP_CKPT_PUT;
             r = proto_enc_records(buf, sizeof(buf), op, req_id, body, len);
             copy = check_encoded(buf, r, ok ? PROTO_HDR_LEN + len : 0, &m);
             if (copy)
