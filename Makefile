@@ -28,7 +28,7 @@ OPT     := -O2 -g
 LDSAN   :=
 endif
 
-PKGS    := libevent libevent_pthreads rocksdb libxxhash
+PKGS    := libevent libevent_pthreads rocksdb libxxhash libibverbs librdmacm
 WARN    := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wno-unused-parameter
 CFLAGS  ?=
@@ -46,7 +46,7 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
-PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash)
+PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash -libverbs -lrdmacm)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 PROTO_SRC  := proto/proto.c
