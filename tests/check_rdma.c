@@ -68,6 +68,7 @@ struct fk_qp {
     fk_qp *peer;
     int error;
     int pending;                /* a READ posted that has not completed (dropped) */
+    int max_dest_rd;            /* responder resources rdma_accept gave it */
     uint64_t pending_wr;
 };
 
@@ -151,7 +152,11 @@ static void fk_queue(fk_id *id, enum rdma_cm_event_type type, int status,
         e->ev.param.conn.private_data = e->priv;
         /* IB pads the REQ's private data: the module must accept >= 36. */
         e->ev.param.conn.private_data_len = sizeof(e->priv);
-        e->ev.param.conn.initiator_depth = depth;
+        /* As the kernel does, a connect request reports the remote's
+         * values swapped, ready for rdma_accept: responder_resources is
+         * the initiator depth the active side asked for. */
+        e->ev.param.conn.responder_resources = depth;
+        e->ev.param.conn.initiator_depth = 0;
     }
     if (c->tail)
         c->tail->next = e;
@@ -409,6 +414,9 @@ static int fk_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
     ck_assert_ptr_nonnull(id->qp);
     ck_assert_ptr_nonnull(f->peer);
     ck_assert_ptr_nonnull(f->peer->id.qp);
+    /* The responder must take as many READs as the initiator may have in
+     * flight, or a real responder never answers them. */
+    ((fk_qp *)id->qp)->max_dest_rd = p->responder_resources;
     ((fk_qp *)id->qp)->peer = (fk_qp *)f->peer->id.qp;
     ((fk_qp *)f->peer->id.qp)->peer = (fk_qp *)id->qp;
     f->connected = f->peer->connected = 1;
@@ -846,6 +854,11 @@ static void fk_do_read_locked(fk_qp *q, uint64_t wr_id, const struct ibv_sge *sg
         raddr + sge->length > (uintptr_t)r->mr.addr + r->mr.length) {
         fk_cqe_locked(cq, wr_id, IBV_WC_REM_ACCESS_ERR, 0, q->qp.qp_num);
         q->error = 1;           /* a responder error moves the requester's QP to error */
+        return;
+    }
+    if (q->peer->max_dest_rd < 1) {  /* no responder resources: never answered */
+        fk_cqe_locked(cq, wr_id, IBV_WC_RETRY_EXC_ERR, 0, q->qp.qp_num);
+        q->error = 1;
         return;
     }
     memcpy((void *)(uintptr_t)sge->addr, (void *)(uintptr_t)raddr, sge->length);

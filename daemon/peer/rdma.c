@@ -234,7 +234,7 @@ static void count_refused(rdma_srv *s)
 
 /* A connect request on id (already acked): admit it or reject it. */
 static void srv_on_request(rdma_srv *s, struct rdma_cm_id *id, const uint8_t *priv, size_t plen,
-                           uint8_t initiator_depth)
+                           uint8_t their_depth)
 {
     const rdma_ops *ops = s->ops;
     char peer[64];
@@ -256,8 +256,7 @@ static void srv_on_request(rdma_srv *s, struct rdma_cm_id *id, const uint8_t *pr
             .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
         };
         struct rdma_conn_param cp = {
-            .responder_resources = initiator_depth < RDMA_RD_ATOMIC ? initiator_depth
-                                                                    : RDMA_RD_ATOMIC,
+            .responder_resources = their_depth < RDMA_RD_ATOMIC ? their_depth : RDMA_RD_ATOMIC,
             .initiator_depth = 0, .rnr_retry_count = 7,
         };
 
@@ -325,7 +324,10 @@ static int srv_drain(rdma_srv *s)
                 memcpy(priv, ev->param.conn.private_data, plen);
             else
                 plen = 0;
-            depth = ev->param.conn.initiator_depth;
+            /* rdma_cm reports the remote's values swapped, ready for
+             * rdma_accept: this is the initiator depth the client asked
+             * for, the READs it may have in flight at us. */
+            depth = ev->param.conn.responder_resources;
         }
         /* Acked before acting: rdma_destroy_id waits for its events' acks. */
         ops->ack_cm_event(ev);
