@@ -78,7 +78,13 @@ int rdma_srv_new(const rdma_ops *ops, const char *addr, uint16_t port,
  * old rkey completes in error from then on: the DRAM arena gives a segment
  * a fresh memfd at the same address when its owner changes (arena.h,
  * arena_segment_gen), and an existing region would keep reading the old,
- * pinned pages.  Pages are pinned while registered.
+ * pinned pages.
+ * Cost: a registration pins every page of the range, which takes time in
+ * proportion to len and commits memory the arena has not committed yet
+ * (a sealed memfd's untouched pages get allocated), and the pages stay
+ * pinned while registered.  So register a segment once it holds chunks,
+ * not the whole arena at start-up, and not from the loop thread for the
+ * first time if the segment is large.
  * 0, or -errno from the registration (-ENOMEM, -EINVAL, -EFAULT: not
  * mapped); on failure the old registration, if any, stays.
  * Threads: any (a mutex of the server's).
