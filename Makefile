@@ -28,7 +28,7 @@ OPT     := -O2 -g
 LDSAN   :=
 endif
 
-PKGS    := libevent libevent_pthreads rocksdb libxxhash libcrypto
+PKGS    := libevent libevent_pthreads rocksdb libxxhash libcrypto libibverbs librdmacm
 WARN    := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wundef -Wvla -Wno-unused-parameter
 CFLAGS  ?=
@@ -46,7 +46,7 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
-PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash -lcrypto)
+PKGS    := libevent libevent_pthreads rocksdb libxxhash libcrypto libibverbs librdmacm
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 PROTO_SRC  := proto/proto.c
@@ -74,7 +74,7 @@ BENCHES    := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 TOOLS      := $(B)/tests/torture_reader $(B)/tests/store_fill $(B)/tests/soak_swarm \
               $(B)/tests/isolation_probe $(B)/tests/an_workload $(B)/tests/ckpt_writer \
               $(B)/tests/libfaultinject.so \
-              $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check
+              $(B)/tests/cuda/libcuda.so.1 $(B)/tests/gpu_check $(B)/tests/rdma_pair
 
 .PHONY: all deps test unit integration run bench install clean
 .DEFAULT_GOAL := all
@@ -142,6 +142,13 @@ $(B)/tests/cuda/libcuda.so.1: $(call obj,tests/cuda_standin.c)
 $(B)/tests/gpu_check: $(call obj,tests/gpu/gpu_check.c) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -pthread $(LDSAN) -o $@ $^ -lm
+
+# The RDMA transport over real verbs, server and client in one program,
+# which tests/test_rdma_vm.sh runs in a VM over soft-RoCE: only the
+# transport's objects and the verbs libraries, so that the VM needs few.
+$(B)/tests/rdma_pair: $(call obj,tests/vm/rdma_pair.c) $(LIBD)
+	@mkdir -p $(dir $@)
+	$(CC) -pthread $(LDSAN) -o $@ $^ -libverbs -lrdmacm
 
 # The fault-injecting LD_PRELOAD library the fault tests load into granaryd.
 $(B)/tests/libfaultinject.so: $(call obj,tests/faultinject.c)

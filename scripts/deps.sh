@@ -2,7 +2,7 @@
 # Install the Debian packages Granary needs to build and test, if any is
 # missing.  Runs apt-get update once, only when something must be installed.
 set -eu
-need="build-essential pkg-config libevent-dev librocksdb-dev libxxhash-dev libssl-dev check valgrind bc man-db python3-torch python3-numpy acl curl gnuplot-nox python3-torchvision python3-pil fio sqlite3 rsync"
+need="build-essential pkg-config libevent-dev librocksdb-dev libxxhash-dev libssl-dev check valgrind bc man-db python3-torch python3-numpy acl curl gnuplot-nox python3-torchvision python3-pil fio sqlite3 rsync libibverbs-dev librdmacm-dev rdma-core ibverbs-providers"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
