@@ -46,7 +46,7 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLAGS)
-PKGS    := libevent libevent_pthreads rocksdb libxxhash libcrypto libibverbs librdmacm
+PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash -lcrypto -libverbs -lrdmacm)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 PROTO_SRC  := proto/proto.c
