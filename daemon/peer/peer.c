@@ -26,6 +26,7 @@
 #include "log.h"
 #include "members.h"
 #include "peer.h"
+#include "rdma.h"
 #include "wire.h"
 
 #define KEY_MIN 16
@@ -39,12 +40,20 @@
 
 /* A member as this node sees it: the asking side's state (I/O threads,
  * under mu) and what the serving side counted (loop thread). */
+/* One authenticated connection to a member: the TCP control channel and,
+ * when both sides can, its RDMA connection for the bytes. */
+typedef struct pcl {
+    int fd;
+    rdma_cli *rc;               /* NULL: the bytes come inline over fd */
+} pcl;
+
 typedef struct pnode {
     pthread_mutex_t mu;
-    int idle[POOL_MAX];         /* authenticated connections not in use */
+    pcl idle[POOL_MAX];         /* authenticated connections not in use */
     unsigned nidle;
     int asked;                  /* ever asked */
     int connected_once;         /* logged its transport */
+    int via_rdma;               /* its last chunk came by RDMA READ */
     double down_until;          /* monotonic; skipped until then */
     double backoff;
     uint64_t hits, bytes, misses, errors, timeouts, corrupt;
@@ -67,6 +76,16 @@ struct peers {
     double timeout;
     unsigned pool;              /* idle connections kept per member */
     struct evconnlistener *lis;
+    /* RDMA (rdma.h): the transport wanted, the listener serving ours, and
+     * the tokens of the authenticated connections it may accept. */
+    const rdma_ops *rops;       /* NULL: TCP only */
+    int rdma_strict;            /* transport = rdma: no silent fall-back to TCP */
+    rdma_srv *rsrv;
+    uint16_t rdma_port;
+    size_t max_chunk;           /* an RDMA connection's bounce buffer */
+    pthread_mutex_t tok_mu;
+    gr__list tokens;            /* pconns that were handed a token */
+    uint64_t next_lease;
     gr__list conns;             /* serving connections */
     unsigned nconns;
     double last_auth_warn;
@@ -188,12 +207,14 @@ static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, double dea
 }
 
 /* Connect to member i and authenticate both ways: the fd, or -errno
- * (-EACCES: the other side does not prove the key). */
-static int dial(peers *p, unsigned i, double deadline, char *why, size_t whylen)
+ * (-EACCES: the other side does not prove the key).  *wl gets the
+ * server's WELCOME (the RDMA it offers). */
+static int dial_tcp(peers *p, unsigned i, double deadline, peer_welcome *welcome, char *why,
+                    size_t whylen)
 {
     const member *m = &p->ms.m[i];
     uint8_t buf[PEER_CTRL_MAX];
-    peer_hello h = { .flags = 0 };
+    peer_hello h = { .flags = p->rops ? PEER_F_RDMA : 0 };
     peer_challenge ch;
     peer_welcome wl;
     uint8_t mac[PEER_MAC_LEN];
@@ -256,10 +277,58 @@ static int dial(peers *p, unsigned i, double deadline, char *why, size_t whylen)
                  "(a different key_file?)" : strerror(-rc));
         goto fail;
     }
+    *welcome = wl;
     return fd;
 fail:
     close(fd);
     return rc < 0 ? rc : -EIO;
+}
+
+/* A connection to member i: TCP, then RDMA where both sides can (with
+ * transport = rdma a peer that cannot is a failure; with auto, TCP).
+ * 0, or -errno with why. */
+static int dial(peers *p, unsigned i, double deadline, pcl *out, char *why, size_t whylen)
+{
+    const member *m = &p->ms.m[i];
+    peer_welcome wl;
+    int rc;
+
+    out->rc = NULL;
+    out->fd = dial_tcp(p, i, deadline, &wl, why, whylen);
+    if (out->fd < 0)
+        return out->fd;
+    if (!p->rops)
+        return 0;
+    if (!(wl.flags & PEER_F_RDMA)) {
+        if (!p->rdma_strict)
+            return 0;
+        snprintf(why, whylen, "it offers no RDMA (its transport is tcp, or it has no device) and "
+                 "ours is rdma");
+        rc = -EPROTONOSUPPORT;
+    } else {
+        int ms = (int)((deadline - gr__now_s()) * 1000);
+        char err[160];
+        rc = rdma_cli_connect(p->rops, m->host, wl.rdma_port, wl.token, p->max_chunk,
+                              ms > 0 ? ms : 1, &out->rc, err, sizeof(err));
+        if (rc == 0)
+            return 0;
+        snprintf(why, whylen, "RDMA connect to port %u: %s", wl.rdma_port, err);
+        if (!p->rdma_strict) {
+            log_warn("peer %s: %s; using tcp for this connection", m->name, why);
+            return 0;
+        }
+    }
+    close(out->fd);
+    out->fd = -1;
+    return rc;
+}
+
+static void pcl_close(pcl *c)
+{
+    rdma_cli_free(&c->rc);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
 }
 
 /* ---- asking (the backend) ---------------------------------------------- */
@@ -288,39 +357,40 @@ static void node_failed(peers *p, unsigned i, int timeout, const char *why)
     n->down_until = now + n->backoff;
     /* Its idle connections are suspect too. */
     while (n->nidle)
-        close(n->idle[--n->nidle]);
+        pcl_close(&n->idle[--n->nidle]);
     pthread_mutex_unlock(&n->mu);
     if (log_it)
         log_warn("peer %s: %s; skipped for %.0f s (second owner or the source meanwhile)",
                  p->ms.m[i].name, why, n->backoff);
 }
 
-static int take_conn(peers *p, unsigned i, int *down)
+/* An idle connection to member i into *c (c->fd -1: none). */
+static void take_conn(peers *p, unsigned i, pcl *c, int *down)
 {
     pnode *n = &p->nodes[i];
-    int fd = -1;
 
+    c->fd = -1;
+    c->rc = NULL;
     pthread_mutex_lock(&n->mu);
     n->asked = 1;
     *down = n->down_until > gr__now_s();
     if (!*down && n->nidle)
-        fd = n->idle[--n->nidle];
+        *c = n->idle[--n->nidle];
     pthread_mutex_unlock(&n->mu);
-    return fd;
 }
 
-static void give_conn(peers *p, unsigned i, int fd)
+static void give_conn(peers *p, unsigned i, pcl *c)
 {
     pnode *n = &p->nodes[i];
 
     pthread_mutex_lock(&n->mu);
-    if (n->nidle < p->pool && n->down_until <= gr__now_s()) {
-        n->idle[n->nidle++] = fd;
-        fd = -1;
+    if (n->nidle < p->pool && n->down_until <= gr__now_s() && (!c->rc || rdma_cli_alive(c->rc))) {
+        n->idle[n->nidle++] = *c;
+        c->fd = -1;
+        c->rc = NULL;
     }
     pthread_mutex_unlock(&n->mu);
-    if (fd >= 0)
-        close(fd);
+    pcl_close(c);
 }
 
 static int64_t mtime_ns(const struct stat *st)
@@ -328,15 +398,23 @@ static int64_t mtime_ns(const struct stat *st)
     return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
-/* One GET on fd and its answer: 0 with *d (and the bytes in rq->buf when
- * d->status is 0), or -errno: the connection is unusable. */
-static int exchange(int fd, const peer_get *g, const backend_req *rq, peer_data *d,
+/* One GET on c and its answer: 0 with *d (and the bytes in rq->buf when
+ * d->status is 0: inline, or read by RDMA and the lease given back), or
+ * -errno: the connection is unusable. */
+static int exchange(const peers *p, pcl *c, const peer_get *g0, const backend_req *rq, peer_data *d,
                     double deadline)
 {
     uint8_t buf[PEER_CTRL_MAX], hdr[PEER_DATA_FIXED], t;
     uint32_t blen;
-    int len = peer_enc_get(buf, sizeof(buf), g);
-    int rc = len < 0 ? len : send_all(fd, buf, (size_t)len, deadline);
+    peer_get g1 = *g0, *g = &g1;
+    int fd = c->fd, len, rc;
+
+    /* By RDMA when this connection has it and the chunk fits its bounce
+     * buffer; the home may still answer inline (a chunk outside its arena). */
+    if (c->rc && rq->want <= p->max_chunk)
+        g1.flags |= PEER_F_RDMA;
+    len = peer_enc_get(buf, sizeof(buf), g);
+    rc = len < 0 ? len : send_all(fd, buf, (size_t)len, deadline);
 
     if (rc == 0)
         rc = recv_all(fd, hdr, sizeof(hdr), deadline);
@@ -349,8 +427,19 @@ static int exchange(int fd, const peer_get *g, const backend_req *rq, peer_data 
         return -EPROTO;
     if (d->status < 0)
         return 0;
-    if (d->len != rq->want || d->len > rq->cap || (d->flags & PEER_F_RDMA))
+    if (d->len != rq->want || d->len > rq->cap)
         return -EPROTO;
+    if (d->flags & PEER_F_RDMA) {
+        int ms = (int)((deadline - gr__now_s()) * 1000);
+        if (!(g->flags & PEER_F_RDMA))
+            return -EPROTO;         /* not asked for */
+        rc = rdma_cli_read(c->rc, d->raddr, d->rkey, d->len, rq->buf, ms > 0 ? ms : 1);
+        /* The lease is given back whatever the read did (no answer). */
+        len = peer_enc_done(buf, sizeof(buf), d->lease);
+        if (rc == 0)
+            rc = send_all(fd, buf, (size_t)len, deadline);
+        return rc;
+    }
     return recv_all(fd, rq->buf, d->len, deadline);
 }
 
@@ -366,44 +455,44 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
     };
     peer_data d;
     char why[192] = "";
-    int fd, down, rc;
+    pcl c;
+    int down, rc;
 
     if (strlen(f->path) > PEER_PATH_MAX)
         return ASK_NOT_THERE;
     if (getrandom(&g.req, sizeof(g.req), 0) != (ssize_t)sizeof(g.req))
         g.req = (uint64_t)(t0 * 1e9);
-    fd = take_conn(p, i, &down);
+    take_conn(p, i, &c, &down);
     if (down)
         return ASK_FAILED;
-    rc = fd < 0 ? -ECONNRESET : exchange(fd, &g, rq, &d, deadline);
+    rc = c.fd < 0 ? -ECONNRESET : exchange(p, &c, &g, rq, &d, deadline);
     if (rc == -ECONNRESET || rc == -EPIPE) {
         /* No idle connection, or one the peer closed meanwhile (it
          * restarted): not the peer failing; on a new one. */
-        if (fd >= 0)
-            close(fd);
-        fd = dial(p, i, deadline, why, sizeof(why));
-        if (fd < 0) {
-            node_failed(p, i, fd == -ETIMEDOUT, why);
+        pcl_close(&c);
+        rc = dial(p, i, deadline, &c, why, sizeof(why));
+        if (rc < 0) {
+            node_failed(p, i, rc == -ETIMEDOUT, why);
             return ASK_FAILED;
         }
-        rc = exchange(fd, &g, rq, &d, deadline);
+        rc = exchange(p, &c, &g, rq, &d, deadline);
     }
     if (rc < 0) {
-        close(fd);
+        pcl_close(&c);
         snprintf(why, sizeof(why), "%s", rc == -ETIMEDOUT ? "no answer within [peer] timeout" :
                  rc == -EPROTO ? "a malformed answer" : strerror(-rc));
         node_failed(p, i, rc == -ETIMEDOUT, why);
         return ASK_FAILED;
     }
     if (d.status < 0) {
-        give_conn(p, i, fd);
+        give_conn(p, i, &c);
         pthread_mutex_lock(&n->mu);
         n->misses++;
         pthread_mutex_unlock(&n->mu);
         return ASK_NOT_THERE;
     }
     if (XXH3_64bits(rq->buf, d.len) != d.hash) {
-        close(fd);
+        pcl_close(&c);
         pthread_mutex_lock(&n->mu);
         n->corrupt++;
         pthread_mutex_unlock(&n->mu);
@@ -411,8 +500,9 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
                  (unsigned long long)rq->idx, f->path);
         return ASK_FAILED;
     }
-    give_conn(p, i, fd);
+    give_conn(p, i, &c);
     {
+        int rdma = (d.flags & PEER_F_RDMA) != 0;
         uint64_t us = (uint64_t)((gr__now_s() - t0) * 1e6);
         unsigned b = 0;
         int first;
@@ -424,11 +514,12 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         n->lat[b]++;
         n->lat_sum_us += us;
         n->backoff = 0;
-        first = !n->connected_once;
+        first = !n->connected_once || n->via_rdma != rdma;
         n->connected_once = 1;
+        n->via_rdma = rdma;
         pthread_mutex_unlock(&n->mu);
         if (first)
-            log_info("peer %s: serving us over tcp", p->ms.m[i].name);
+            log_info("peer %s: serving us over %s", p->ms.m[i].name, rdma ? "rdma (RDMA READ)" : "tcp");
     }
     *got = d.len;
     return ASK_OK;
@@ -490,6 +581,12 @@ typedef struct pconn {
     int member;                 /* who it claims to be (index), once HELLO came */
     uint8_t nc[PEER_NONCE_LEN], ns[PEER_NONCE_LEN];
     int busy;                   /* a GET is being answered */
+    int wants_rdma;             /* its HELLO said it can read by RDMA */
+    uint8_t token[PEER_TOKEN_LEN]; /* handed out in WELCOME; on p->tokens while set */
+    int has_token;
+    gr__list toklink;
+    chunk *leased;              /* the chunk its last RDMA answer named, until DONE */
+    uint64_t lease;
     char addr[64];
 } pconn;
 
@@ -499,6 +596,7 @@ typedef struct preq {
     uint64_t req, idx, ino, size;
     int64_t mtime_ns;
     uint32_t chunk_size;
+    int rdma;                   /* the GET asked for RDMA */
     char *norm;
     int root;
     struct stat st;
@@ -516,11 +614,24 @@ static void pconn_unref(pconn **pcp)
         free(pc);
 }
 
+static void drop_lease(pconn *pc)
+{
+    chunk_unref(&pc->leased);
+    pc->lease = 0;
+}
+
 static void pconn_close(pconn *pc)
 {
     if (pc->dead)
         return;
     pc->dead = 1;
+    if (pc->has_token) {
+        pthread_mutex_lock(&pc->p->tok_mu);
+        gr__list_remove(&pc->toklink);
+        pc->has_token = 0;
+        pthread_mutex_unlock(&pc->p->tok_mu);
+    }
+    drop_lease(pc);
     gr__list_remove(&pc->link);
     pc->p->nconns--;
     bufferevent_free(pc->bev);
@@ -571,6 +682,38 @@ static void answer_done(pconn *pc)
         bufferevent_enable(pc->bev, EV_READ);
 }
 
+/* Answer r with where to RDMA READ chunk c: its arena segment exposed
+ * (registered once per segment generation), the chunk held as the
+ * connection's lease until DONE.  0 if it cannot (a heap chunk, the
+ * registration failed): the caller answers inline. */
+static int serve_rdma(pconn *pc, preq *r, chunk *c)
+{
+    peers *p = pc->p;
+    uint8_t buf[PEER_DATA_FIXED];
+    peer_data d = { .req = r->req, .len = c->len, .flags = PEER_F_RDMA };
+    uint32_t rkey;
+    int rc;
+
+    if (!p->rsrv || !pc->has_token || !c->ar || !c->len)
+        return 0;
+    rc = rdma_srv_expose(p->rsrv, c->blk.ptr - c->blk.off, arena_segment_size(c->ar),
+                         arena_segment_gen(c->ar, c->blk.seg), &rkey);
+    if (rc < 0) {
+        log_warn("peer cache: cannot register arena segment %u for RDMA (%s); serving inline",
+                 c->blk.seg, strerror(-rc));
+        return 0;
+    }
+    drop_lease(pc);
+    pc->leased = chunk_ref(c);
+    pc->lease = ++p->next_lease;
+    d.hash = XXH3_64bits(c->data, c->len);
+    d.raddr = (uint64_t)(uintptr_t)c->data;
+    d.rkey = rkey;
+    d.lease = pc->lease;
+    send_frame(pc, buf, peer_enc_data(buf, sizeof(buf), &d));
+    return 1;
+}
+
 static void fetched(void *arg, chunk *c, int err, const char *errmsg)
 {
     preq *r = arg;
@@ -582,6 +725,13 @@ static void fetched(void *arg, chunk *c, int err, const char *errmsg)
             log_debug("peer %s: chunk %llu of %s: %s", pc->addr, (unsigned long long)r->idx,
                       r->norm, errmsg ? errmsg : strerror(-err));
             reply_status(pc, r->req, err < 0 ? err : -EIO);
+        } else if (r->rdma && serve_rdma(pc, r, c)) {
+            p->stats->peer_served++;
+            p->stats->peer_served_bytes += c->len;
+            if (pc->member >= 0) {
+                p->nodes[pc->member].served++;
+                p->nodes[pc->member].served_bytes += c->len;
+            }
         } else {
             uint8_t buf[PEER_DATA_FIXED];
             peer_data d = { .req = r->req, .len = c->len, .hash = XXH3_64bits(c->data, c->len) };
@@ -693,6 +843,7 @@ static void on_get(pconn *pc, const uint8_t *b, size_t len)
     r->size = g.size;
     r->mtime_ns = g.mtime_ns;
     r->chunk_size = g.chunk_size;
+    r->rdma = (g.flags & PEER_F_RDMA) != 0;
     r->fd = -1;
     r->pc = pc;
     pc->refs++;
@@ -745,6 +896,7 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
             return;
         }
         memcpy(pc->nc, h.nonce, sizeof(pc->nc));
+        pc->wants_rdma = (h.flags & PEER_F_RDMA) != 0;
         if (getrandom(pc->ns, sizeof(pc->ns), 0) != (ssize_t)sizeof(pc->ns) ||
             peer_mac(p->key, p->keylen, 0, pc->nc, pc->ns, h.name, self, ch.mac) < 0) {
             pconn_close(pc);
@@ -767,6 +919,18 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
         }
         pc->state = PC_READY;
         bufferevent_set_timeouts(pc->bev, NULL, NULL);
+        /* RDMA is offered with a token only this connection knows: the
+         * RDMA listener accepts no connection without one. */
+        if (pc->wants_rdma && p->rsrv &&
+            getrandom(pc->token, sizeof(pc->token), 0) == (ssize_t)sizeof(pc->token)) {
+            pthread_mutex_lock(&p->tok_mu);
+            gr__list_push_back(&p->tokens, &pc->toklink);
+            pc->has_token = 1;
+            pthread_mutex_unlock(&p->tok_mu);
+            w.flags = PEER_F_RDMA;
+            w.rdma_port = p->rdma_port;
+            memcpy(w.token, pc->token, sizeof(w.token));
+        }
         send_frame(pc, buf, peer_enc_welcome(buf, sizeof(buf), &w));
         log_debug("peer %s (%s) authenticated", p->ms.m[pc->member].name, pc->addr);
         return;
@@ -776,8 +940,16 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
             on_get(pc, b, len);
             return;
         }
-        if (type == PEER_DONE)
+        if (type == PEER_DONE) {
+            uint64_t lease;
+            if (peer_dec_done(b, len, &lease) < 0) {
+                pconn_close(pc);
+                return;
+            }
+            if (lease == pc->lease)
+                drop_lease(pc);
             return;
+        }
         log_warn("peer %s: unexpected frame type %u; connection closed", pc->addr, type);
         pconn_close(pc);
         return;
@@ -868,6 +1040,61 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     bufferevent_enable(pc->bev, EV_READ | EV_WRITE);
 }
 
+/* The RDMA listener's thread: is tok one a connection was handed? */
+static int token_ok(void *arg, const uint8_t tok[RDMA_TOKEN_LEN])
+{
+    peers *p = arg;
+    int ok = 0;
+
+    pthread_mutex_lock(&p->tok_mu);
+    for (gr__list *l = gr__list_first(&p->tokens); l && !ok; l = gr__list_next(&p->tokens, l))
+        ok = peer_mac_equal(gr__container_of(l, pconn, toklink)->token, tok);
+    pthread_mutex_unlock(&p->tok_mu);
+    return ok;
+}
+
+/* transport = rdma or auto: the RDMA side, where a device exists.  0, or
+ * -errno with err (rdma only: auto falls back to TCP, saying so). */
+static int start_rdma(peers *p, const gr_config *cfg, char *err, size_t errlen)
+{
+    const member *self = &p->ms.m[p->ms.self];
+    int strict = !strcmp(cfg->peer_transport, "rdma"), rc;
+    char why[256];
+
+    p->rdma_strict = strict;
+    if (!strcmp(cfg->peer_transport, "tcp")) {
+        log_info("peer cache: transport tcp");
+        return 0;
+    }
+    if (!rdma_device_present(&rdma_ops_real)) {
+        if (strict) {
+            snprintf(err, errlen, "[peer] transport = rdma, but no RDMA device with an active "
+                     "port is here (use auto or tcp)");
+            return -ENODEV;
+        }
+        log_info("peer cache: transport tcp (auto: no RDMA device with an active port)");
+        return 0;
+    }
+    p->rops = &rdma_ops_real;
+    p->max_chunk = cfg->chunk_size;
+    p->rdma_port = (uint16_t)(atoi(self->port) + 1);
+    rc = rdma_srv_new(&rdma_ops_real, self->host, p->rdma_port, token_ok, p, &p->rsrv, why,
+                      sizeof(why));
+    if (rc < 0) {
+        if (strict) {
+            snprintf(err, errlen, "[peer] transport = rdma: RDMA listener on %s port %u: %s",
+                     self->host, p->rdma_port, why);
+            return rc;
+        }
+        log_warn("peer cache: RDMA listener on %s port %u: %s; serving by tcp (reading "
+                 "by RDMA from peers that offer it)", self->host, p->rdma_port, why);
+        return 0;
+    }
+    log_info("peer cache: transport %s: serving chunks by RDMA READ on %s port %u (control "
+             "on tcp %s)", cfg->peer_transport, self->host, p->rdma_port, self->name);
+    return 0;
+}
+
 /* ---- the rest ------------------------------------------------------------ */
 
 int peers_new(struct event_base *base, const gr_config *cfg, source *src, workers *w,
@@ -880,6 +1107,8 @@ int peers_new(struct event_base *base, const gr_config *cfg, source *src, worker
     if (!p)
         return -ENOMEM;
     gr__list_init(&p->conns);
+    gr__list_init(&p->tokens);
+    pthread_mutex_init(&p->tok_mu, NULL);
     p->base = base;
     p->src = src;
     p->w = w;
@@ -890,12 +1119,6 @@ int peers_new(struct event_base *base, const gr_config *cfg, source *src, worker
                             errlen)) < 0 ||
         (rc = read_key(p, cfg->peer_key_file, err, errlen)) < 0)
         goto fail;
-    if (!strcmp(cfg->peer_transport, "rdma")) {
-        snprintf(err, errlen, "[peer] transport = rdma: this build has no RDMA transport yet "
-                 "(use tcp or auto)");
-        rc = -ENOTSUP;
-        goto fail;
-    }
     p->nodes = calloc(p->ms.n, sizeof(*p->nodes));
     if (!p->nodes) {
         rc = -ENOMEM;
@@ -913,8 +1136,9 @@ int peers_new(struct event_base *base, const gr_config *cfg, source *src, worker
         snprintf(err, errlen, "[peer] listen %s: %s", self->name, strerror(-rc));
         goto fail;
     }
-    log_info("peer cache: %u members, this node is %s; transport tcp%s", p->ms.n, self->name,
-             strcmp(cfg->peer_transport, "auto") ? "" : " (auto: no RDMA transport in this build)");
+    if ((rc = start_rdma(p, cfg, err, errlen)) < 0)
+        goto fail;
+    log_info("peer cache: %u members, this node is %s", p->ms.n, self->name);
     *out = p;
     return 0;
 fail:
@@ -946,16 +1170,18 @@ void peers_free(peers **pp)
     if (!p)
         return;
     peers_shutdown(p);
+    rdma_srv_free(&p->rsrv);
     if (p->nodes) {
         for (unsigned i = 0; i < p->ms.n; i++) {
             while (p->nodes[i].nidle)
-                close(p->nodes[i].idle[--p->nodes[i].nidle]);
+                pcl_close(&p->nodes[i].idle[--p->nodes[i].nidle]);
             pthread_mutex_destroy(&p->nodes[i].mu);
         }
         free(p->nodes);
     }
     members_free(&p->ms);
     explicit_bzero(p->key, sizeof(p->key));
+    pthread_mutex_destroy(&p->tok_mu);
     free(p);
     *pp = NULL;
 }
@@ -982,12 +1208,13 @@ int peers_each(peers *p, int (*cb)(void *arg, const peer_info *i), void *arg)
 
     for (unsigned i = 0; i < p->ms.n; i++) {
         pnode *n = &p->nodes[i];
-        peer_info in = { .name = p->ms.m[i].name, .self = (int)i == p->ms.self,
-                         .transport = "tcp" };
+        peer_info in = { .name = p->ms.m[i].name, .self = (int)i == p->ms.self };
         int rc;
 
         pthread_mutex_lock(&n->mu);
         in.state = in.self ? "self" : n->down_until > now ? "down" : n->asked ? "up" : "unknown";
+        /* Ours: how we serve; a peer's: how its last chunk came. */
+        in.transport = (in.self ? p->rsrv != NULL : n->via_rdma) ? "rdma" : "tcp";
         in.down_for = n->down_until > now ? n->down_until - now : 0;
         in.hits = n->hits;
         in.bytes = n->bytes;
