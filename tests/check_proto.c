@@ -1602,12 +1602,15 @@ START_TEST(test_ckpt_put)
     ck_assert_int_eq(proto_rec_next(m.u.recs.p, m.u.recs.len, &ro, &r), 1);
     ck_assert(proto_rec_is(&r, "id"));
     ck_assert_uint_eq(r.u64, 3);
-    /* ADMIN CKPT_LIST is command 15, and 16 is no command */
+    /* ADMIN CKPT_LIST is command 15, PEERS 16, and 17 is no command */
     ck_assert_uint_eq(PROTO_ADMIN_CKPT_LIST, 15);
     n = proto_enc_admin(b, sizeof(b), 5, PROTO_ADMIN_CKPT_LIST, NULL, 0);
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
     ck_assert_uint_eq(m.u.admin.cmd, 15);
+    ck_assert_uint_eq(PROTO_ADMIN_PEERS, 16);
     b[PROTO_HDR_LEN] = 16;
+    ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
+    b[PROTO_HDR_LEN] = 17;
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), -EPROTO);
 }
 END_TEST
