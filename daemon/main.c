@@ -150,8 +150,8 @@ int main(int argc, char **argv)
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
     reload_ctx reload = { 0 };
     struct event *watchdog = NULL;  /* systemd WatchdogSec= keep-alive, see notify.h */
-    workers *w = NULL;
-    sched *sc = NULL;
+    workers *w = NULL, *pw = NULL;     /* pw: the peer lane's I/O threads */
+    sched *sc = NULL, *psc = NULL;
     backend chain[BACKEND_MAX];
     unsigned nchain = 0;
     fetcher *fx = NULL;
@@ -265,7 +265,12 @@ int main(int argc, char **argv)
     if (nvme)
         chain[nchain++] = nvme_backend(nvme);
     if (cfg.peer_listen[0]) {
-        if (peers_new(base, &cfg, src, w, &stats, &prs, err, sizeof(err)) < 0) {
+        /* What serves other nodes runs on threads of its own (fetch.h,
+         * fetcher_set_peer_lane): a quarter of io_threads, at least 2. */
+        int lane = cfg.io_threads / 4 > 2 ? cfg.io_threads / 4 : 2;
+        if (workers_start(base, lane, &pw) < 0 || sched_new(pw, (unsigned)lane, &psc) < 0)
+            goto fail;
+        if (peers_new(base, &cfg, src, pw, &stats, &prs, err, sizeof(err)) < 0) {
             log_error("%s", err);
             goto fail;
         }
@@ -276,8 +281,10 @@ int main(int argc, char **argv)
                     cfg.dram_capacity / 4 < WRITEBACK_MAX ? cfg.dram_capacity / 4 : WRITEBACK_MAX,
                     &fx) < 0)
         goto fail;
-    if (prs)
+    if (prs) {
         peers_set_fetcher(prs, fx);
+        fetcher_set_peer_lane(fx, psc);
+    }
     if (judge_new(cfg.attr_ttl, JUDGE_MAX_DIRS, &jg) < 0 || proofs_new(PROOFS_MAX, &pr) < 0 ||
         prefetcher_new(fx, d, src, jg, pr, w, &stats, &pf) < 0)
         goto fail;
@@ -410,7 +417,10 @@ fail:
     peers_shutdown(prs);
     if (sc)
         sched_drain(sc);
+    if (psc)
+        sched_drain(psc);
     workers_stop(&w);
+    workers_stop(&pw);
     ckpt_free(&ck);
     server_free(&srv);
     peers_free(&prs);
@@ -421,6 +431,7 @@ fail:
     judge_free(&jg);
     fetcher_free(&fx);
     sched_free(&sc);
+    sched_free(&psc);
     if (trace)
         fclose(trace);
     if (sigterm)

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,15 +410,15 @@ static void write_key(const char *path, const char *key, mode_t mode)
 /* Daemon n (1 or 2) of a pair on 127.0.0.n:port, sharing src (a symlink
  * would not do: the roots must be the same path), with the key at key. */
 static void pair_init(tu_daemon *d, int n, const char *src, const char *key, int port,
-                      const char *more)
+                      int timeout, const char *more)
 {
     char extra[2048];
 
     snprintf(extra, sizeof(extra),
              "[source]\nroots = %s\n[dram]\ncapacity = 32M\n[nvme]\npath =\n"
              "[peer]\nlisten = 127.0.0.%d:%d\nnodes = 127.0.0.1:%d,127.0.0.2:%d\n"
-             "key_file = %s\ntimeout = 1\n%s",
-             src, n, port, port, port, key, more ? more : "");
+             "key_file = %s\ntimeout = %d\n%s",
+             src, n, port, port, port, key, timeout, more ? more : "");
     tu_daemon_init(d, extra);
 }
 
@@ -451,10 +452,10 @@ START_TEST(test_two_daemons)
         snprintf(path, sizeof(path), "%s/f%02d", src, i);
         tu_write_pattern(path, (uint32_t)i, SIZE);
     }
-    pair_init(&a, 1, src, key, port, NULL);
+    pair_init(&a, 1, src, key, port, 1, NULL);
     /* b trusts the attributes it has seen for a minute: it will hold an
      * old version's attributes when a sees a file rewritten. */
-    pair_init(&b, 2, src, key, port, "[source]\nattr_ttl = 60\n");
+    pair_init(&b, 2, src, key, port, 1, "[source]\nattr_ttl = 60\n");
     ck_assert_int_eq(tu_daemon_start(&a), 0);
     ck_assert_int_eq(tu_daemon_start(&b), 0);
     ca = gr_connect(a.sock);
@@ -531,6 +532,101 @@ START_TEST(test_two_daemons)
 }
 END_TEST
 
+typedef struct reader {
+    gr_client *c;
+    const char *src;
+    const char *prefix;
+    int n, size, ok;
+} reader;
+
+static void *read_files(void *arg)
+{
+    reader *r = arg;
+    uint8_t *buf = malloc((size_t)r->size + 1);
+    char path[600];
+
+    r->ok = 1;
+    for (int i = 0; i < r->n; i++) {
+        snprintf(path, sizeof(path), "%s/%s%02d", r->src, r->prefix, i);
+        if (read_all(r->c, path, buf, (size_t)r->size + 1) != r->size ||
+            !tu_check_pattern(buf, (uint32_t)(r->prefix[0] * 100 + i), 0, (size_t)r->size))
+            r->ok = 0;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Two nodes with one I/O thread and one source slot each, both reading at
+ * once, each asking the other: the fetches that answer a peer run in a
+ * lane of their own, so neither waits for the other's timeout (without
+ * it, each node's one thread waits on the other's, which waits on it). */
+START_TEST(test_no_deadlock)
+{
+    char *dir = tu_mkdtemp(), src[512], key[512], path[600];
+    tu_daemon a, b;
+    int port = port_base() + 3;
+    enum { FILES = 16, SIZE = 200000 };
+    const char *one = "[daemon]\nio_threads = 1\n[source]\nmax_inflight = 1\n";
+    reader ra, rb;
+    pthread_t ta, tb;
+
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(key, sizeof(key), "%s/key", dir);
+    mkdir(src, 0755);
+    write_key(key, "an example shared secret, 32 bytes", 0600);
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/a%02d", src, i);
+        tu_write_pattern(path, (uint32_t)('a' * 100 + i), SIZE);
+        snprintf(path, sizeof(path), "%s/b%02d", src, i);
+        tu_write_pattern(path, (uint32_t)('b' * 100 + i), SIZE);
+    }
+    pair_init(&a, 1, src, key, port, 3, one);
+    pair_init(&b, 2, src, key, port, 3, one);
+    ck_assert_int_eq(tu_daemon_start(&a), 0);
+    ck_assert_int_eq(tu_daemon_start(&b), 0);
+    ra = (reader){ gr_connect(a.sock), src, "a", FILES, SIZE, 0 };
+    rb = (reader){ gr_connect(b.sock), src, "b", FILES, SIZE, 0 };
+    ck_assert_ptr_nonnull(ra.c);
+    ck_assert_ptr_nonnull(rb.c);
+    /* Each reads the other's set at once, twice: the second pass asks the
+     * other node for what it now holds. */
+    for (int pass = 0; pass < 2; pass++) {
+        ra.prefix = pass ? "b" : "a";
+        rb.prefix = pass ? "a" : "b";
+        pthread_create(&ta, NULL, read_files, &ra);
+        pthread_create(&tb, NULL, read_files, &rb);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        ck_assert(ra.ok);
+        ck_assert(rb.ok);
+    }
+    {
+        gr_field *f = NULL;
+        size_t n = 0;
+        uint64_t timeouts = 0;
+        ck_assert_int_eq(gr_admin(ra.c, GR_ADMIN_PEERS, NULL, 0, &f, &n), 0);
+        for (size_t i = 0; i < n; i++)
+            if (!f[i].is_text && !strcmp(f[i].name, "timeouts"))
+                timeouts += f[i].num;
+        free(f);
+        ck_assert_int_eq(gr_admin(rb.c, GR_ADMIN_PEERS, NULL, 0, &f, &n), 0);
+        for (size_t i = 0; i < n; i++)
+            if (!f[i].is_text && !strcmp(f[i].name, "timeouts"))
+                timeouts += f[i].num;
+        free(f);
+        ck_assert_uint_eq(timeouts, 0);
+    }
+    ck_assert_uint_eq(tu_stat(&a, "source_bytes_read") + tu_stat(&b, "source_bytes_read"),
+                      (uint64_t)2 * FILES * SIZE);
+    gr_disconnect(ra.c);
+    gr_disconnect(rb.c);
+    tu_daemon_fini(&a);
+    tu_daemon_fini(&b);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 /* A member with another key: neither side takes a byte from the other, and
  * each still serves its own clients. */
 START_TEST(test_wrong_key)
@@ -551,8 +647,8 @@ START_TEST(test_wrong_key)
         snprintf(path, sizeof(path), "%s/f%d", src, i);
         tu_write_pattern(path, (uint32_t)i, 300000);
     }
-    pair_init(&a, 1, src, k1, port, NULL);
-    pair_init(&b, 2, src, k2, port, NULL);
+    pair_init(&a, 1, src, k1, port, 1, NULL);
+    pair_init(&b, 2, src, k2, port, 1, NULL);
     ck_assert_int_eq(tu_daemon_start(&a), 0);
     ck_assert_int_eq(tu_daemon_start(&b), 0);
     ca = gr_connect(a.sock);
@@ -595,7 +691,7 @@ START_TEST(test_key_file_checked)
     snprintf(key, sizeof(key), "%s/key", dir);
     mkdir(src, 0755);
     write_key(key, "a long enough secret, but world-readable", 0644);
-    pair_init(&a, 1, src, key, port_base() + 2, NULL);
+    pair_init(&a, 1, src, key, port_base() + 2, 1, NULL);
     ck_assert_int_ne(tu_daemon_start(&a), 0);
     f = fopen(a.log, "r");
     ck_assert_ptr_nonnull(f);
@@ -604,7 +700,7 @@ START_TEST(test_key_file_checked)
     ck_assert_ptr_nonnull(strstr(log, "chmod 600"));
     tu_daemon_fini(&a);
     write_key(key, "too short", 0600);
-    pair_init(&a, 1, src, key, port_base() + 2, NULL);
+    pair_init(&a, 1, src, key, port_base() + 2, 1, NULL);
     ck_assert_int_ne(tu_daemon_start(&a), 0);
     tu_daemon_fini(&a);
     tu_rmrf(dir);
@@ -629,6 +725,7 @@ static Suite *suite(void)
     tcase_add_test(tw, test_macs);
     tcase_set_timeout(tw, 60);
     tcase_add_test(td, test_two_daemons);
+    tcase_add_test(td, test_no_deadlock);
     tcase_add_test(td, test_wrong_key);
     tcase_add_test(td, test_key_file_checked);
     tcase_set_timeout(td, 90);

@@ -36,6 +36,7 @@ struct pending {
     chunk *c;
     chunk *copy_from;           /* a quarantined chunk a proven reader claims (no backend) */
     int local_only;             /* started for a peer: peers are not asked */
+    sched *sc;                  /* the slots it runs in: fx->sc, or the peer lane */
     waiter *waiters, **wtail;
     gr__hnode hn;               /* fx->pending */
     /* Filled by the worker. */
@@ -59,6 +60,7 @@ struct fetcher {
     backend chain[BACKEND_MAX];
     unsigned nchain;
     sched *sc;
+    sched *peer_sc;             /* fetches for peers' requests, when set */
     workers *w;
     gr_stats *stats;
     gr__htab pending;           /* fetches in flight, by key */
@@ -101,6 +103,11 @@ void fetcher_free(fetcher **fxp)
     gr__htab_fini(&fx->pending);
     free(fx);
     *fxp = NULL;
+}
+
+void fetcher_set_peer_lane(fetcher *fx, sched *sc)
+{
+    fx->peer_sc = sc;
 }
 
 void fetcher_set_trace(fetcher *fx, FILE *trace)
@@ -284,7 +291,7 @@ static void fetch_done(wq_job *j)
     backend_kind kind = BACKEND_SOURCE;
     waiter *wt;
 
-    sched_finished(fx->sc, &p->task);
+    sched_finished(p->sc, &p->task);
     gr__htab_remove(&fx->pending, &p->hn);
     fx->inflight--;
     if (j->cancelled) {
@@ -371,7 +378,7 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
         if (cls == SCHED_DEMAND) {
             if (!(flags & FJ_FOR_PEER))
                 fx->stats->fetch_joins++;
-            sched_promote(fx->sc, &p->task);
+            sched_promote(p->sc, &p->task);
         }
         if (wt) {
             *p->wtail = wt;
@@ -398,13 +405,14 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
     p->idx = idx;
     p->copy_from = copy_from ? chunk_ref(copy_from) : NULL;
     p->local_only = (flags & FJ_FOR_PEER) != 0;
+    p->sc = p->local_only && fx->peer_sc ? fx->peer_sc : fx->sc;
     p->waiters = wt;
     p->wtail = wt ? &wt->next : &p->waiters;
     gr__htab_insert(&fx->pending, &p->hn, h);
     fx->inflight++;
     if (cls != SCHED_DEMAND)
         fx->stats->prefetch_issued++;
-    sched_submit(fx->sc, &p->task, cls);
+    sched_submit(p->sc, &p->task, cls);
 }
 
 void fetcher_get(fetcher *fx, srcfile *f, uint64_t idx, int64_t owner, fetch_cb cb, void *arg)

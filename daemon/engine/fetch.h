@@ -74,6 +74,14 @@ void fetcher_prefetch(fetcher *fx, srcfile *f, uint64_t idx, sched_class cls, in
  */
 void fetcher_get_for_peer(fetcher *fx, srcfile *f, uint64_t idx, fetch_cb cb, void *arg);
 
+/* Run the fetches fetcher_get_for_peer starts in sc's slots (over their
+ * own I/O threads) instead of the engine's.  A node's I/O threads block
+ * while they ask other nodes; if the fetches that answer other nodes
+ * needed those same threads, two nodes asking each other at full load
+ * would each wait for the other until the timeout.  A lane of their own
+ * keeps serving peers independent of asking them. */
+void fetcher_set_peer_lane(fetcher *fx, sched *sc);
+
 /* Call hook(arg, key) on every demand lookup, hit or miss (hint lists
  * follow their job's consumption with it).  NULL to stop. */
 typedef void (*fetch_consume_hook)(void *arg, const uint8_t key[CHUNK_KEY_LEN]);

@@ -47,7 +47,9 @@ typedef struct peers peers;
 
 /* Membership from cfg's [peer] keys, the key read (it must be a regular
  * file owned by root or by us, mode 0600 or 0400, at least 16 bytes), and
- * the listener bound.  0 or -errno with the reason in err. */
+ * the listener bound.  w: the I/O threads of the peer lane (fetch.h,
+ * fetcher_set_peer_lane), where serving peers' requests runs its file
+ * lookups.  0 or -errno with the reason in err. */
 int peers_new(struct event_base *base, const gr_config *cfg, source *src, workers *w,
               gr_stats *stats, peers **out, char *err, size_t errlen);
 
