@@ -374,6 +374,7 @@ int main(int argc, char **argv)
     reload.nvme = nvme;
     reload.sc = sc;
     reload.pf = pf;
+    reload.peers = prs;
     sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
     if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||
         event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0)

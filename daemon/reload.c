@@ -122,5 +122,9 @@ void reload_config(reload_ctx *r)
         }
         log_info("reload: [%s] %s = %s", config_key_section(i), config_key_name(i), newv);
     }
+    /* The peer cache's members: nodes_file is read again even when its
+     * name did not change (a job's prolog rewrites it). */
+    if (r->peers)
+        (void)peers_reload(r->peers, r->cfg);
     log_info("reload: done");
 }

@@ -16,6 +16,7 @@
 #include "judge.h"
 #include "prefetch.h"
 #include "source.h"
+#include "peer.h"
 
 typedef struct reload_ctx {
     const char *path;           /* the configuration file */
@@ -26,6 +27,7 @@ typedef struct reload_ctx {
     nvme_tier *nvme;            /* NULL without an NVMe tier */
     sched *sc;
     prefetcher *pf;
+    peers *peers;               /* NULL without a peer cache */
 } reload_ctx;
 
 /*

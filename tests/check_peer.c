@@ -627,6 +627,120 @@ START_TEST(test_no_deadlock)
 }
 END_TEST
 
+/* Rewrite the [peer] nodes line of d's configuration to nodes and SIGHUP. */
+static void set_nodes(tu_daemon *d, const char *nodes)
+{
+    char *text = NULL, line[4096];
+    size_t len = 0;
+    FILE *in = fopen(d->conf, "r"), *out = open_memstream(&text, &len);
+
+    ck_assert_ptr_nonnull(in);
+    while (fgets(line, sizeof(line), in)) {
+        if (!strncmp(line, "nodes = ", 8))
+            fprintf(out, "nodes = \"%s\"\n", nodes);
+        else
+            fputs(line, out);
+    }
+    fclose(in);
+    fclose(out);
+    in = fopen(d->conf, "w");
+    fputs(text, in);
+    fclose(in);
+    free(text);
+    kill(d->pid, SIGHUP);
+}
+
+static unsigned members_of(gr_client *c)
+{
+    gr_field *f = NULL;
+    size_t n = 0;
+    unsigned k = 0;
+
+    ck_assert_int_eq(gr_admin(c, GR_ADMIN_PEERS, NULL, 0, &f, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        k += f[i].is_text && !strcmp(f[i].name, "name");
+    free(f);
+    return k;
+}
+
+/* SIGHUP takes a new membership: a node alone reads everything from the
+ * source; once the other is a member it asks it, and a list without this
+ * node in it is refused (the old one kept). */
+START_TEST(test_reload_members)
+{
+    char *dir = tu_mkdtemp(), src[512], key[512], path[600], nodes[128];
+    tu_daemon a, b;
+    int port = port_base() + 4;
+    enum { FILES = 8, SIZE = 300000 };
+    uint8_t *buf = malloc(SIZE + 1);
+    gr_client *ca, *cb;
+
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(key, sizeof(key), "%s/key", dir);
+    mkdir(src, 0755);
+    write_key(key, "an example shared secret, 32 bytes", 0600);
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/f%02d", src, i);
+        tu_write_pattern(path, (uint32_t)i, SIZE);
+    }
+    pair_init(&a, 1, src, key, port, 1, NULL);
+    pair_init(&b, 2, src, key, port, 1, NULL);
+    ck_assert_int_eq(tu_daemon_start(&a), 0);
+    ck_assert_int_eq(tu_daemon_start(&b), 0);
+    ca = gr_connect(a.sock);
+    cb = gr_connect(b.sock);
+    /* a alone: nothing asked of b. */
+    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d", port);
+    set_nodes(&a, nodes);
+    for (int i = 0; i < 100 && members_of(ca) != 1; i++)
+        tu_sleep_ms(20);
+    ck_assert_uint_eq(members_of(ca), 1);
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/f%02d", src, i);
+        ck_assert_int_eq(read_all(cb, path, buf, SIZE + 1), SIZE);
+    }
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/f%02d", src, i);
+        ck_assert_int_eq(read_all(ca, path, buf, SIZE + 1), SIZE);
+        ck_assert(tu_check_pattern(buf, (uint32_t)i, 0, SIZE));
+    }
+    ck_assert_uint_eq(tu_stat(&a, "peer_reads"), 0);
+    ck_assert_uint_eq(tu_stat(&a, "source_bytes_read"), (uint64_t)FILES * SIZE);
+    /* A list without a is refused: a keeps its one member. */
+    snprintf(nodes, sizeof(nodes), "127.0.0.2:%d", port);
+    set_nodes(&a, nodes);
+    tu_sleep_ms(300);
+    ck_assert_uint_eq(members_of(ca), 1);
+    /* Both again: a asks b for the chunks homed there (b has them all). */
+    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d,127.0.0.2:%d", port, port);
+    set_nodes(&a, nodes);
+    for (int i = 0; i < 100 && members_of(ca) != 2; i++)
+        tu_sleep_ms(20);
+    ck_assert_uint_eq(members_of(ca), 2);
+    {
+        /* a's own copies dropped, so that its reads miss again. */
+        gr_field arg = { .name = "path", .is_text = 1, .text = src, .len = strlen(src) }, *out = NULL;
+        size_t nout = 0;
+        ck_assert_int_eq(gr_admin(ca, GR_ADMIN_INVALIDATE, &arg, 1, &out, &nout), 0);
+        free(out);
+    }
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/f%02d", src, i);
+        ck_assert_int_eq(read_all(ca, path, buf, SIZE + 1), SIZE);
+        ck_assert(tu_check_pattern(buf, (uint32_t)i, 0, SIZE));
+    }
+    ck_assert_uint_gt(tu_stat(&a, "peer_reads"), 0);
+    gr_disconnect(ca);
+    gr_disconnect(cb);
+    ck_assert_int_eq(tu_daemon_stop(&a), 0);
+    tu_daemon_fini(&a);
+    tu_daemon_fini(&b);
+    free(buf);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 /* A member with another key: neither side takes a byte from the other, and
  * each still serves its own clients. */
 START_TEST(test_wrong_key)
@@ -726,6 +840,7 @@ static Suite *suite(void)
     tcase_set_timeout(tw, 60);
     tcase_add_test(td, test_two_daemons);
     tcase_add_test(td, test_no_deadlock);
+    tcase_add_test(td, test_reload_members);
     tcase_add_test(td, test_wrong_key);
     tcase_add_test(td, test_key_file_checked);
     tcase_set_timeout(td, 90);

@@ -165,10 +165,10 @@ static const config_key config_keys[] = {
       CONFIG_RESTART },
     { "peer", "nodes", KT_PATH, KF_EMPTY_OK, FIELD(peer_nodes), 0, 0, NULL,
       "", "the peer cache's members, this node included: HOST[:PORT],... with Slurm-style ranges "
-      "(gpu[001-016,20]:7070); the port defaults to listen's", CONFIG_RESTART },
+      "(gpu[001-016,20]:7070); the port defaults to listen's", CONFIG_LIVE },
     { "peer", "nodes_file", KT_PATH, KF_EMPTY_OK, FIELD(peer_nodes_file), 0, 0, NULL,
-      "", "or a hostfile of the members, one HOST[:PORT] per line ('#' comments); empty: nodes only",
-      CONFIG_RESTART },
+      "", "or a hostfile of the members, one HOST[:PORT] per line ('#' comments), read again on "
+      "every reload; empty: nodes only", CONFIG_LIVE },
     { "peer", "key_file", KT_PATH, KF_EMPTY_OK, FIELD(peer_key_file), 0, 0, NULL,
       "", "shared secret (at least 16 bytes) every member holds; owned by root, mode 0600 or "
       "0400; required with listen", CONFIG_RESTART },

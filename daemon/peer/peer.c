@@ -63,14 +63,23 @@ typedef struct pnode {
     uint64_t served, served_bytes;
 } pnode;
 
+/* One membership and this node's state for each member. */
+typedef struct pview {
+    members ms;
+    pnode *nodes;
+    unsigned refs;              /* under peers.view_mu */
+} pview;
+
 struct peers {
     struct event_base *base;
     source *src;
     fetcher *fx;
     workers *w;
     gr_stats *stats;
-    members ms;
-    pnode *nodes;
+    /* The membership, swapped whole on reload: I/O threads hold a
+     * reference to the view they work with (view_mu). */
+    pthread_mutex_t view_mu;
+    pview *view;
     uint8_t key[KEY_MAX];
     size_t keylen;
     double timeout;
@@ -209,10 +218,10 @@ static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, double dea
 /* Connect to member i and authenticate both ways: the fd, or -errno
  * (-EACCES: the other side does not prove the key).  *wl gets the
  * server's WELCOME (the RDMA it offers). */
-static int dial_tcp(peers *p, unsigned i, double deadline, peer_welcome *welcome, char *why,
+static int dial_tcp(peers *p, pview *v, unsigned i, double deadline, peer_welcome *welcome, char *why,
                     size_t whylen)
 {
-    const member *m = &p->ms.m[i];
+    const member *m = &v->ms.m[i];
     uint8_t buf[PEER_CTRL_MAX];
     peer_hello h = { .flags = p->rops ? PEER_F_RDMA : 0 };
     peer_challenge ch;
@@ -247,7 +256,7 @@ static int dial_tcp(peers *p, unsigned i, double deadline, peer_welcome *welcome
         snprintf(why, whylen, "getrandom failed");
         goto fail;
     }
-    snprintf(h.name, sizeof(h.name), "%s", p->ms.m[p->ms.self].name);
+    snprintf(h.name, sizeof(h.name), "%s", v->ms.m[v->ms.self].name);
     len = peer_enc_hello(buf, sizeof(buf), &h);
     if ((rc = len < 0 ? len : send_all(fd, buf, (size_t)len, deadline)) < 0 ||
         (rc = recv_frame(fd, PEER_CHALLENGE, buf, sizeof(buf), deadline)) < 0 ||
@@ -287,14 +296,14 @@ fail:
 /* A connection to member i: TCP, then RDMA where both sides can (with
  * transport = rdma a peer that cannot is a failure; with auto, TCP).
  * 0, or -errno with why. */
-static int dial(peers *p, unsigned i, double deadline, pcl *out, char *why, size_t whylen)
+static int dial(peers *p, pview *v, unsigned i, double deadline, pcl *out, char *why, size_t whylen)
 {
-    const member *m = &p->ms.m[i];
+    const member *m = &v->ms.m[i];
     peer_welcome wl;
     int rc;
 
     out->rc = NULL;
-    out->fd = dial_tcp(p, i, deadline, &wl, why, whylen);
+    out->fd = dial_tcp(p, v, i, deadline, &wl, why, whylen);
     if (out->fd < 0)
         return out->fd;
     if (!p->rops)
@@ -339,9 +348,9 @@ typedef enum ask_result {
     ASK_FAILED,                 /* the peer failed us: try the next owner */
 } ask_result;
 
-static void node_failed(peers *p, unsigned i, int timeout, const char *why)
+static void node_failed(peers *p, pview *v, unsigned i, int timeout, const char *why)
 {
-    pnode *n = &p->nodes[i];
+    pnode *n = &v->nodes[i];
     double now = gr__now_s();
     int log_it;
 
@@ -361,13 +370,13 @@ static void node_failed(peers *p, unsigned i, int timeout, const char *why)
     pthread_mutex_unlock(&n->mu);
     if (log_it)
         log_warn("peer %s: %s; skipped for %.0f s (second owner or the source meanwhile)",
-                 p->ms.m[i].name, why, n->backoff);
+                 v->ms.m[i].name, why, n->backoff);
 }
 
 /* An idle connection to member i into *c (c->fd -1: none). */
-static void take_conn(peers *p, unsigned i, pcl *c, int *down)
+static void take_conn(peers *p, pview *v, unsigned i, pcl *c, int *down)
 {
-    pnode *n = &p->nodes[i];
+    pnode *n = &v->nodes[i];
 
     c->fd = -1;
     c->rc = NULL;
@@ -379,9 +388,9 @@ static void take_conn(peers *p, unsigned i, pcl *c, int *down)
     pthread_mutex_unlock(&n->mu);
 }
 
-static void give_conn(peers *p, unsigned i, pcl *c)
+static void give_conn(peers *p, pview *v, unsigned i, pcl *c)
 {
-    pnode *n = &p->nodes[i];
+    pnode *n = &v->nodes[i];
 
     pthread_mutex_lock(&n->mu);
     if (n->nidle < p->pool && n->down_until <= gr__now_s() && (!c->rc || rdma_cli_alive(c->rc))) {
@@ -443,10 +452,10 @@ static int exchange(const peers *p, pcl *c, const peer_get *g0, const backend_re
     return recv_all(fd, rq->buf, d->len, deadline);
 }
 
-static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
+static ask_result ask(peers *p, pview *v, unsigned i, const backend_req *rq, size_t *got)
 {
     const srcfile *f = rq->f;
-    pnode *n = &p->nodes[i];
+    pnode *n = &v->nodes[i];
     double t0 = gr__now_s(), deadline = t0 + p->timeout;
     peer_get g = {
         .idx = rq->idx, .ino = (uint64_t)f->st.st_ino, .size = (uint64_t)f->st.st_size,
@@ -462,7 +471,7 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         return ASK_NOT_THERE;
     if (getrandom(&g.req, sizeof(g.req), 0) != (ssize_t)sizeof(g.req))
         g.req = (uint64_t)(t0 * 1e9);
-    take_conn(p, i, &c, &down);
+    take_conn(p, v, i, &c, &down);
     if (down)
         return ASK_FAILED;
     rc = c.fd < 0 ? -ECONNRESET : exchange(p, &c, &g, rq, &d, deadline);
@@ -470,9 +479,9 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         /* No idle connection, or one the peer closed meanwhile (it
          * restarted): not the peer failing; on a new one. */
         pcl_close(&c);
-        rc = dial(p, i, deadline, &c, why, sizeof(why));
+        rc = dial(p, v, i, deadline, &c, why, sizeof(why));
         if (rc < 0) {
-            node_failed(p, i, rc == -ETIMEDOUT, why);
+            node_failed(p, v, i, rc == -ETIMEDOUT, why);
             return ASK_FAILED;
         }
         rc = exchange(p, &c, &g, rq, &d, deadline);
@@ -481,11 +490,11 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         pcl_close(&c);
         snprintf(why, sizeof(why), "%s", rc == -ETIMEDOUT ? "no answer within [peer] timeout" :
                  rc == -EPROTO ? "a malformed answer" : strerror(-rc));
-        node_failed(p, i, rc == -ETIMEDOUT, why);
+        node_failed(p, v, i, rc == -ETIMEDOUT, why);
         return ASK_FAILED;
     }
     if (d.status < 0) {
-        give_conn(p, i, &c);
+        give_conn(p, v, i, &c);
         pthread_mutex_lock(&n->mu);
         n->misses++;
         pthread_mutex_unlock(&n->mu);
@@ -496,11 +505,11 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         pthread_mutex_lock(&n->mu);
         n->corrupt++;
         pthread_mutex_unlock(&n->mu);
-        log_warn("peer %s: chunk %llu of %s failed its checksum; not used", p->ms.m[i].name,
+        log_warn("peer %s: chunk %llu of %s failed its checksum; not used", v->ms.m[i].name,
                  (unsigned long long)rq->idx, f->path);
         return ASK_FAILED;
     }
-    give_conn(p, i, &c);
+    give_conn(p, v, i, &c);
     {
         int rdma = (d.flags & PEER_F_RDMA) != 0;
         uint64_t us = (uint64_t)((gr__now_s() - t0) * 1e6);
@@ -519,10 +528,46 @@ static ask_result ask(peers *p, unsigned i, const backend_req *rq, size_t *got)
         n->via_rdma = rdma;
         pthread_mutex_unlock(&n->mu);
         if (first)
-            log_info("peer %s: serving us over %s", p->ms.m[i].name, rdma ? "rdma (RDMA READ)" : "tcp");
+            log_info("peer %s: serving us over %s", v->ms.m[i].name, rdma ? "rdma (RDMA READ)" : "tcp");
     }
     *got = d.len;
     return ASK_OK;
+}
+
+static pview *view_get(peers *p)
+{
+    pview *v;
+
+    pthread_mutex_lock(&p->view_mu);
+    v = p->view;
+    v->refs++;
+    pthread_mutex_unlock(&p->view_mu);
+    return v;
+}
+
+static void view_free(pview *v)
+{
+    if (v->nodes) {
+        for (unsigned i = 0; i < v->ms.n; i++) {
+            while (v->nodes[i].nidle)
+                pcl_close(&v->nodes[i].idle[--v->nodes[i].nidle]);
+            pthread_mutex_destroy(&v->nodes[i].mu);
+        }
+        free(v->nodes);
+    }
+    members_free(&v->ms);
+    free(v);
+}
+
+static void view_put(peers *p, pview *v)
+{
+    int last;
+
+    pthread_mutex_lock(&p->view_mu);
+    last = --v->refs == 0;
+    pthread_mutex_unlock(&p->view_mu);
+    if (last)
+        view_free(v);
 }
 
 static backend_result peer_backend_get(void *self, const backend_req *rq, size_t *len,
@@ -530,29 +575,31 @@ static backend_result peer_backend_get(void *self, const backend_req *rq, size_t
 {
     peers *p = self;
     const srcfile *f = rq->f;
+    backend_result r = BACKEND_MISS;
+    pview *v;
     int own[2];
 
     (void)st;
     if (rq->local_only)
         return BACKEND_MISS;
-    members_owners(&p->ms, peer_chunk_key(f->path, strlen(f->path), (uint64_t)f->st.st_ino,
+    v = view_get(p);
+    members_owners(&v->ms, peer_chunk_key(f->path, strlen(f->path), (uint64_t)f->st.st_ino,
                                           (uint64_t)f->st.st_size, mtime_ns(&f->st), rq->idx),
                    own);
     for (int k = 0; k < 2; k++) {
+        ask_result a;
         /* We are its home (or, the home failing, its second owner): the
          * source is ours to read. */
-        if (own[k] < 0 || own[k] == p->ms.self)
-            return BACKEND_MISS;
-        switch (ask(p, (unsigned)own[k], rq, len)) {
-        case ASK_OK:
-            return BACKEND_OK;
-        case ASK_NOT_THERE:
-            return BACKEND_MISS;
-        case ASK_FAILED:
+        if (own[k] < 0 || own[k] == v->ms.self)
             break;
-        }
+        a = ask(p, v, (unsigned)own[k], rq, len);
+        if (a == ASK_OK)
+            r = BACKEND_OK;
+        if (a != ASK_FAILED)
+            break;
     }
-    return BACKEND_MISS;
+    view_put(p, v);
+    return r;
 }
 
 static const backend_ops peer_ops = {
@@ -578,7 +625,8 @@ typedef struct pconn {
     unsigned refs;
     int dead;
     pc_state state;
-    int member;                 /* who it claims to be (index), once HELLO came */
+    int member;                 /* who it claims to be (index in the view of its HELLO) */
+    char name[MEMBER_NAME_MAX]; /* that member's name */
     uint8_t nc[PEER_NONCE_LEN], ns[PEER_NONCE_LEN];
     int busy;                   /* a GET is being answered */
     int wants_rdma;             /* its HELLO said it can read by RDMA */
@@ -667,6 +715,20 @@ static void reply_status(pconn *pc, uint64_t req, int status)
     send_frame(pc, buf, peer_enc_data(buf, sizeof(buf), &d));
 }
 
+static int find_member(const peers *p, const char *name);
+
+/* What we served a member, by name (the view may have changed since its
+ * HELLO). */
+static void count_served(peers *p, const pconn *pc, uint32_t len)
+{
+    int i = pc->member >= 0 ? find_member(p, pc->name) : -1;
+
+    if (i >= 0) {
+        p->view->nodes[i].served++;
+        p->view->nodes[i].served_bytes += len;
+    }
+}
+
 static void chunk_ref_done(const void *data, size_t len, void *extra)
 {
     chunk *c = extra;
@@ -728,10 +790,7 @@ static void fetched(void *arg, chunk *c, int err, const char *errmsg)
         } else if (r->rdma && serve_rdma(pc, r, c)) {
             p->stats->peer_served++;
             p->stats->peer_served_bytes += c->len;
-            if (pc->member >= 0) {
-                p->nodes[pc->member].served++;
-                p->nodes[pc->member].served_bytes += c->len;
-            }
+            count_served(p, pc, c->len);
         } else {
             uint8_t buf[PEER_DATA_FIXED];
             peer_data d = { .req = r->req, .len = c->len, .hash = XXH3_64bits(c->data, c->len) };
@@ -747,10 +806,7 @@ static void fetched(void *arg, chunk *c, int err, const char *errmsg)
                     chunk_unref(&ref);
                 p->stats->peer_served++;
                 p->stats->peer_served_bytes += c->len;
-                if (pc->member >= 0) {
-                    p->nodes[pc->member].served++;
-                    p->nodes[pc->member].served_bytes += c->len;
-                }
+                count_served(p, pc, c->len);
             }
         }
         answer_done(pc);
@@ -870,8 +926,8 @@ static void on_get(pconn *pc, const uint8_t *b, size_t len)
 
 static int find_member(const peers *p, const char *name)
 {
-    for (unsigned i = 0; i < p->ms.n; i++)
-        if (!strcmp(p->ms.m[i].name, name))
+    for (unsigned i = 0; i < p->view->ms.n; i++)
+        if (!strcmp(p->view->ms.m[i].name, name))
             return (int)i;
     return -1;
 }
@@ -880,7 +936,7 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
 {
     peers *p = pc->p;
     uint8_t buf[PEER_CTRL_MAX];
-    const char *self = p->ms.m[p->ms.self].name;
+    const char *self = p->view->ms.m[p->view->ms.self].name;
 
     switch (pc->state) {
     case PC_HELLO: {
@@ -891,7 +947,8 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
             return;
         }
         pc->member = find_member(p, h.name);
-        if (pc->member < 0 || pc->member == p->ms.self) {
+        snprintf(pc->name, sizeof(pc->name), "%s", h.name);
+        if (pc->member < 0 || pc->member == p->view->ms.self) {
             auth_failed(pc, "it names itself as no other member of [peer] nodes");
             return;
         }
@@ -912,7 +969,7 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
         uint8_t mac[PEER_MAC_LEN], want[PEER_MAC_LEN];
         peer_welcome w = { .flags = 0 };
         if (type != PEER_AUTH || peer_dec_auth(b, len, mac) < 0 ||
-            peer_mac(p->key, p->keylen, 1, pc->nc, pc->ns, p->ms.m[pc->member].name, self,
+            peer_mac(p->key, p->keylen, 1, pc->nc, pc->ns, pc->name, self,
                      want) < 0 || !peer_mac_equal(mac, want)) {
             auth_failed(pc, "it did not prove the shared key (a different key_file?)");
             return;
@@ -932,7 +989,7 @@ static void on_frame(pconn *pc, uint8_t type, const uint8_t *b, size_t len)
             memcpy(w.token, pc->token, sizeof(w.token));
         }
         send_frame(pc, buf, peer_enc_welcome(buf, sizeof(buf), &w));
-        log_debug("peer %s (%s) authenticated", p->ms.m[pc->member].name, pc->addr);
+        log_debug("peer %s (%s) authenticated", pc->name, pc->addr);
         return;
     }
     case PC_READY:
@@ -1057,7 +1114,7 @@ static int token_ok(void *arg, const uint8_t tok[RDMA_TOKEN_LEN])
  * -errno with err (rdma only: auto falls back to TCP, saying so). */
 static int start_rdma(peers *p, const gr_config *cfg, char *err, size_t errlen)
 {
-    const member *self = &p->ms.m[p->ms.self];
+    const member *self = &p->view->ms.m[p->view->ms.self];
     int strict = !strcmp(cfg->peer_transport, "rdma"), rc;
     char why[256];
 
@@ -1097,6 +1154,83 @@ static int start_rdma(peers *p, const gr_config *cfg, char *err, size_t errlen)
 
 /* ---- the rest ------------------------------------------------------------ */
 
+/* A view of the membership cfg names, each member's state fresh. */
+static int view_build(const gr_config *cfg, pview **out, char *err, size_t errlen)
+{
+    pview *v = calloc(1, sizeof(*v));
+    int rc;
+
+    if (!v)
+        return -ENOMEM;
+    v->refs = 1;                /* the peers' own */
+    rc = members_build(cfg->peer_listen, cfg->peer_nodes, cfg->peer_nodes_file, &v->ms, err,
+                       errlen);
+    if (rc == 0 && !(v->nodes = calloc(v->ms.n, sizeof(*v->nodes))))
+        rc = -ENOMEM;
+    if (rc < 0) {
+        members_free(&v->ms);
+        free(v);
+        return rc;
+    }
+    for (unsigned i = 0; i < v->ms.n; i++)
+        pthread_mutex_init(&v->nodes[i].mu, NULL);
+    *out = v;
+    return 0;
+}
+
+int peers_reload(peers *p, const gr_config *cfg)
+{
+    pview *old = p->view, *v;
+    char err[256];
+    int same;
+
+    if (view_build(cfg, &v, err, sizeof(err)) < 0) {
+        log_error("reload: peer cache membership: %s; keeping the %u members it has", err,
+                  old->ms.n);
+        return -EINVAL;
+    }
+    same = v->ms.n == old->ms.n;
+    for (unsigned i = 0; same && i < v->ms.n; i++)
+        same = !strcmp(v->ms.m[i].name, old->ms.m[i].name);
+    if (same) {
+        view_free(v);
+        return 0;
+    }
+    /* Members that stay keep their counters and back-off (not their idle
+     * connections, which the old view closes when its last user is done). */
+    for (unsigned i = 0; i < v->ms.n; i++) {
+        for (unsigned j = 0; j < old->ms.n; j++) {
+            pnode *n = &v->nodes[i], *o = &old->nodes[j];
+            if (strcmp(v->ms.m[i].name, old->ms.m[j].name))
+                continue;
+            pthread_mutex_lock(&o->mu);
+            n->asked = o->asked;
+            n->connected_once = o->connected_once;
+            n->via_rdma = o->via_rdma;
+            n->down_until = o->down_until;
+            n->backoff = o->backoff;
+            n->hits = o->hits;
+            n->bytes = o->bytes;
+            n->misses = o->misses;
+            n->errors = o->errors;
+            n->timeouts = o->timeouts;
+            n->corrupt = o->corrupt;
+            memcpy(n->lat, o->lat, sizeof(n->lat));
+            n->lat_sum_us = o->lat_sum_us;
+            pthread_mutex_unlock(&o->mu);
+            n->served = o->served;
+            n->served_bytes = o->served_bytes;
+        }
+    }
+    pthread_mutex_lock(&p->view_mu);
+    p->view = v;
+    pthread_mutex_unlock(&p->view_mu);
+    log_info("reload: peer cache: %u members (was %u); chunks move only where their home "
+             "changed", v->ms.n, old->ms.n);
+    view_put(p, old);
+    return 0;
+}
+
 int peers_new(struct event_base *base, const gr_config *cfg, source *src, workers *w,
               gr_stats *stats, peers **out, char *err, size_t errlen)
 {
@@ -1115,18 +1249,11 @@ int peers_new(struct event_base *base, const gr_config *cfg, source *src, worker
     p->stats = stats;
     p->timeout = cfg->peer_timeout > 0 ? cfg->peer_timeout : 0.001;
     p->pool = (unsigned)cfg->peer_connections;
-    if ((rc = members_build(cfg->peer_listen, cfg->peer_nodes, cfg->peer_nodes_file, &p->ms, err,
-                            errlen)) < 0 ||
+    pthread_mutex_init(&p->view_mu, NULL);
+    if ((rc = view_build(cfg, &p->view, err, errlen)) < 0 ||
         (rc = read_key(p, cfg->peer_key_file, err, errlen)) < 0)
         goto fail;
-    p->nodes = calloc(p->ms.n, sizeof(*p->nodes));
-    if (!p->nodes) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    for (unsigned i = 0; i < p->ms.n; i++)
-        pthread_mutex_init(&p->nodes[i].mu, NULL);
-    self = &p->ms.m[p->ms.self];
+    self = &p->view->ms.m[p->view->ms.self];
     p->lis = evconnlistener_new_bind(base, on_accept, p,
                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
                                      LEV_OPT_CLOSE_ON_EXEC, 128,
@@ -1138,7 +1265,7 @@ int peers_new(struct event_base *base, const gr_config *cfg, source *src, worker
     }
     if ((rc = start_rdma(p, cfg, err, errlen)) < 0)
         goto fail;
-    log_info("peer cache: %u members, this node is %s", p->ms.n, self->name);
+    log_info("peer cache: %u members, this node is %s", p->view->ms.n, self->name);
     *out = p;
     return 0;
 fail:
@@ -1171,17 +1298,11 @@ void peers_free(peers **pp)
         return;
     peers_shutdown(p);
     rdma_srv_free(&p->rsrv);
-    if (p->nodes) {
-        for (unsigned i = 0; i < p->ms.n; i++) {
-            while (p->nodes[i].nidle)
-                pcl_close(&p->nodes[i].idle[--p->nodes[i].nidle]);
-            pthread_mutex_destroy(&p->nodes[i].mu);
-        }
-        free(p->nodes);
-    }
-    members_free(&p->ms);
+    if (p->view)
+        view_put(p, p->view);   /* the I/O threads are stopped: the last reference */
     explicit_bzero(p->key, sizeof(p->key));
     pthread_mutex_destroy(&p->tok_mu);
+    pthread_mutex_destroy(&p->view_mu);
     free(p);
     *pp = NULL;
 }
@@ -1206,9 +1327,9 @@ int peers_each(peers *p, int (*cb)(void *arg, const peer_info *i), void *arg)
 {
     double now = gr__now_s();
 
-    for (unsigned i = 0; i < p->ms.n; i++) {
-        pnode *n = &p->nodes[i];
-        peer_info in = { .name = p->ms.m[i].name, .self = (int)i == p->ms.self };
+    for (unsigned i = 0; i < p->view->ms.n; i++) {
+        pnode *n = &p->view->nodes[i];
+        peer_info in = { .name = p->view->ms.m[i].name, .self = (int)i == p->view->ms.self };
         int rc;
 
         pthread_mutex_lock(&n->mu);
@@ -1258,12 +1379,12 @@ int peers_metrics(peers *p, struct evbuffer *out)
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
         rc |= evbuffer_add_printf(out, "# HELP granary_%s %s\n# TYPE granary_%s %s\n",
                                   fam[f].name, fam[f].help, fam[f].name, fam[f].type);
-        for (unsigned i = 0; i < p->ms.n; i++) {
-            pnode *n = &p->nodes[i];
-            const char *nm = p->ms.m[i].name;
+        for (unsigned i = 0; i < p->view->ms.n; i++) {
+            pnode *n = &p->view->nodes[i];
+            const char *nm = p->view->ms.m[i].name;
             uint64_t v = 0;
 
-            if ((int)i == p->ms.self)
+            if ((int)i == p->view->ms.self)
                 continue;
             pthread_mutex_lock(&n->mu);
             switch (f) {

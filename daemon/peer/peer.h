@@ -61,6 +61,12 @@ void peers_backend(peers *p, backend *out);
  * here, before the loop runs). */
 void peers_set_fetcher(peers *p, fetcher *fx);
 
+/* SIGHUP: the membership again from cfg's nodes and nodes_file (the file
+ * re-read); listen, key_file and transport stay as started.  Requests in
+ * flight finish with the membership they started with.  0, or -EINVAL
+ * (logged) keeping the old membership. */
+int peers_reload(peers *p, const gr_config *cfg);
+
 /* Stop listening and drop the serving connections (before the workers
  * stop).  NULL-safe. */
 void peers_shutdown(peers *p);
