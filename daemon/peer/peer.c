@@ -820,6 +820,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_TIMEOUT && pc->state != PC_READY)
         auth_failed(pc, "it did not authenticate in time");
+    else if (pc->state == PC_AUTH)
+        /* The asker checks our proof before it sends its own (dial): one
+         * holding another key hangs up here, after our CHALLENGE. */
+        auth_failed(pc, "it hung up after our challenge (a different key_file?)");
     else
         pconn_close(pc);
 }
