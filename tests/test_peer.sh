@@ -191,6 +191,8 @@ for k in 1 2 3; do xargs $CTL -s "$dir/n$k/sock" evict < "$dir/paths" > /dev/nul
 $DFS shape 400mbit
 split_epoch 4
 s4=$(sum_st source_bytes_read 1 2)
+b41=$(st 1 bytes_served)
+b42=$(st 2 bytes_served)
 t0=$(now_ms)
 for k in 1 2 3; do read_part $k "$dir/e4.$k"; done
 # Kill once node 3 has served peers a few chunks of this epoch.
@@ -219,6 +221,12 @@ cat "$dir/peers1"
 check "epoch 4: the survivors' readers exit 0" test $ok -eq 2
 check "epoch 4: node 1 byte-exact" exact "$dir/e4.1"
 check "epoch 4: node 2 byte-exact" exact "$dir/e4.2"
+# The shim falls back to the file when its daemon fails a read: the
+# survivors' daemons must have served every byte themselves.
+check "epoch 4: node 1's daemon served all its reads (bytes_served)" \
+    test $(($(st 1 bytes_served) - b41)) -ge "$(bytes_of "$dir/e4.1")"
+check "epoch 4: node 2's daemon served all its reads (bytes_served)" \
+    test $(($(st 2 bytes_served) - b42)) -ge "$(bytes_of "$dir/e4.2")"
 check "epoch 4: node 3's reader byte-exact too (the shim fell through to the DFS)" exact "$dir/e4.3"
 check "epoch 4: a survivor's granaryctl peers shows node 3 down" test $down_seen -eq 1
 $DFS shape off
