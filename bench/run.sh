@@ -24,6 +24,9 @@
 #                      granary.torch.GranaryImageFolder, cold and warm, on MooseFS
 #  10. bench/ckpt.sh   time a job is blocked writing a 1 GiB and a 4 GiB checkpoint
 #                      through Granary beside writing it to MooseFS directly
+#  11. bench/peer.sh   the peer cache: epoch time and DFS bytes of shuffled
+#                      epochs, 1 node beside 3 nodes (own network namespaces)
+#                      with the peer cache and 3 each reading the DFS alone
 # BENCH_MODE=quick (default: small datasets, about 4 minutes on 2 cores) or
 # full (larger datasets, more rounds).  Writes bench/results/<date>/:
 # summary.md (every table), results.jsonl (the DFS runs, raw), *.png plots,
@@ -71,10 +74,11 @@ TOUCH_MB=256 TOUCH_RUNS=2 bench/touch.sh > /dev/null
 { echo "## Checkpoint writes: blocked time (bench/ckpt.sh dfs)"; echo; echo '```';
   bench/ckpt.sh dfs "1073741824 4294967296"; echo '```'; } > "$OUT/ckpt.md" 2>&1 ||
     echo "ckpt: failed (see $OUT/ckpt.md)" >> "$OUT/ckpt.md"
+bench/peer.sh > /dev/null || echo "peer: failed (a reader failed or was not byte-exact)" >> "$OUT/peer.md"
 
 {
     cat "$OUT/dfs.md"
-    for part in local hot sim warmup isolation fio touch meta imagefolder ckpt; do
+    for part in local hot sim warmup isolation fio touch meta imagefolder ckpt peer; do
         echo
         cat "$OUT/$part.md"
     done
