@@ -499,6 +499,29 @@ START_TEST(test_two_daemons)
     }
     ck_assert_uint_gt(tu_stat(&b, "peer_refused"), 0);
 
+    /* b hung (SIGSTOP: connections open, no answers): a's first ask of
+     * it costs [peer] timeout (1 s), then b is skipped for a back-off and
+     * a reads the source; every read byte-exact. */
+    kill(b.pid, SIGSTOP);
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof(path), "%s/h%02d", src, i);
+        tu_write_pattern(path, (uint32_t)(200 + i), SIZE);
+        ck_assert_int_eq(read_all(ca, path, buf, SIZE + 1), SIZE);
+        ck_assert(tu_check_pattern(buf, (uint32_t)(200 + i), 0, SIZE));
+    }
+    {
+        gr_field *f = NULL;
+        size_t n = 0;
+        uint64_t timeouts = 0;
+        ck_assert_int_eq(gr_admin(ca, GR_ADMIN_PEERS, NULL, 0, &f, &n), 0);
+        for (size_t i = 0; i < n; i++)
+            if (!f[i].is_text && !strcmp(f[i].name, "timeouts"))
+                timeouts += f[i].num;
+        free(f);
+        ck_assert_uint_ge(timeouts, 1);
+    }
+    kill(b.pid, SIGCONT);
+
     /* b killed: a's reads of chunks homed on b cost a timeout once, then
      * go to the source; none fails. */
     kill(b.pid, SIGKILL);
