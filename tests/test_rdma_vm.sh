@@ -251,7 +251,7 @@ for want in rxe0_up rdma_pair_srv_new rdma_pair_wrong_token_refused rdma_pair_ra
     peers_b_log_rdma peers_b_never_tcp peers_a_served_rdma peers_no_inline_fallback \
     peers_c_start peers_c_auto_rdma peers_c_reads_exact peers_c_no_peer_reads peers_c_from_source \
     peers_a_refused_c peers_b_refused_c peers_c_log_key \
-    peers_a_reads_g peers_b_reads_g0 peers_b_reads_after_kill peers_b_saw_a_fail peers_b_exit peers_c_exit; do
+    peers_b_evict peers_b_reads_after_kill peers_b_saw_a_fail peers_b_refetched peers_b_exit peers_c_exit; do
     grep -q "@@RESULT $want PASS" "$W/console.log" || { echo "FAIL $want did not pass"; fails=$((fails + 1)); }
 done
 grep -q '@@DONE' "$W/console.log" || { echo "FAIL the checks did not run to the end (qemu $qrc)"; fails=$((fails + 1)); }

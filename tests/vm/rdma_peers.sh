@@ -16,8 +16,8 @@
 #      finds rxe0 and serves by RDMA READ too): it reads every file byte-exact
 #      from the source, no chunk from a peer, and A and B count the
 #      connections that did not prove the key (peer_auth_failures).
-#   3. A is killed (SIGKILL) after B read a file of its chunks: B reads
-#      the rest byte-exact, from the source, and counts A failing.
+#   3. A is killed (SIGKILL); B drops its copies and reads every file again:
+#      byte-exact, all from the source (A dead, C refused), counting A failing.
 #   4. B and C stop on SIGTERM and exit 0.
 # Prints "@@RESULT NAME PASS|FAIL" and "@@INFO ..." lines.
 #
@@ -197,29 +197,30 @@ check peers_b_refused_c "B peer_auth_failures $bfail0 -> $bfail" gt0 "$((bfail -
 check peers_c_log_key "C's log: a peer did not prove the shared key" \
     grep -q 'did not prove the shared key' /tmp/c/log
 
-# ---- 3. A killed (SIGKILL) while B reads what A holds ---------------------------
-# B's pooled connections to A (TCP and RDMA) die with it: B's reads go on,
-# byte-exact, from the second owner or the source.
+# ---- 3. A killed (SIGKILL), B reads again what it got from A -------------------
+# B drops its copies (evict) and reads every file again: the chunks homed
+# at A (phase 1 got some from A) find A dead, on B's pooled TCP and RDMA
+# connections first; B's reads go on, byte-exact, from the source.
 t0=$(up)
-set --
-for i in 0 1 2 3 4 5 6; do
-    head -c 1500000 /dev/urandom > $S/g$i
-    set -- "$@" $S/g$i
-done
-check peers_a_reads_g "A read g0..g6 byte-exact" read_all a "$@"
-check peers_b_reads_g0 "B read g0 byte-exact" read_all b $S/g0
-shift
-bhits0=$(peer_row b 192.0.2.1:7070 | cut -d' ' -f3)
+bsrc0=$(stat_of b source_bytes_read)
+bpr0=$(stat_of b peer_reads)
 kill -KILL "$(cat /tmp/a/pid)"
 wait "$(cat /tmp/a/pid)" 2>/dev/null
 rm -f /tmp/a/pid
-t1=$(up)
-check peers_b_reads_after_kill "B read g1..g6 byte-exact with A killed" read_all b "$@"
+check peers_b_evict "B evicted every file" ctl b evict "$S"/*
+check peers_b_reads_after_kill "B read every file again byte-exact, A killed" read_all b
 berr=$(ctl b peers --json | tr '{' '\n' | grep '"name": "192.0.2.1:7070"' |
        sed -n 's/.*"errors": \([0-9]*\).*"timeouts": \([0-9]*\).*/\1 \2/p')
-info "B read g1..g6 in $(awk "BEGIN{print $(up)-$t1}") s after A was killed; A's errors and timeouts in B's peers: $berr; hits from A before: $bhits0"
-check peers_b_saw_a_fail "B counted A failing (errors timeouts: $berr)" gt0 "$(( ${berr% *} + ${berr#* } ))"
-info "phase 3 in $(awk "BEGIN{print $(up)-$t0}") s"
+bsrc=$(stat_of b source_bytes_read)
+bpr=$(stat_of b peer_reads)
+info "B read every file again in $(awk "BEGIN{print $(up)-$t0}") s with A killed:" \
+    "source_bytes_read +$((bsrc - bsrc0)), peer_reads +$((bpr - bpr0))," \
+    "A's errors and timeouts in B's peers: ${berr:-?}"
+check peers_b_saw_a_fail "B counted A failing (errors timeouts: ${berr:-?})" \
+    gt0 "$(( ${berr%% *} + ${berr##* } ))"
+# A dead, C refused: all of it from the source.
+check peers_b_refetched "B source_bytes_read +$((bsrc - bsrc0)) = $total, peer_reads +$((bpr - bpr0))" \
+    eq "$((bsrc - bsrc0)) $((bpr - bpr0))" "$total 0"
 
 # ---- 4. a clean stop -----------------------------------------------------------
 t0=$(up)
