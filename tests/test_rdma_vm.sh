@@ -10,7 +10,13 @@
 # server and client, on different vCPUs: RC connections through rdma_cm,
 # tokens in the private data, memfd segments registered for remote read and
 # re-registered on a new generation, one-sided READs checked byte for byte,
-# a wrong token refused, a wrong rkey a completion error.  Their
+# a wrong token refused, a wrong rkey a completion error.  Then, in the
+# same boot, tests/vm/rdma_peers.sh runs three real granaryd processes on
+# three addresses of rxe0's interface with [peer] transport = rdma: two
+# share their caches by RDMA READ (byte-exact, one copy read from the
+# source, `granaryctl peers` and the logs saying rdma), the third holds a
+# different key_file (and transport = auto) and gets nothing from them;
+# then one is killed and the other's reads go on.  Their
 # "@@RESULT NAME PASS|FAIL" lines on the serial console are the verdict.
 #
 # Prints "SKIP: reason" and passes only when QEMU cannot run here at all
@@ -18,9 +24,11 @@
 # failure.
 #
 # Env: VM_DIR=build/vm-rdma (cache and logs), VM_TIMEOUT=300 (seconds QEMU
-#      may run), VM_SMP=2, VM_MEM=1024, RDMA_FAULT=token (negative control:
-#      the client presents the server a token it never accepts, so the run
-#      must FAIL).
+#      may run), VM_SMP=2, VM_MEM=1024, RDMA_FAULT (negative controls, each
+#      must make the run FAIL): token (rdma_pair's client presents the
+#      server a token it never accepts), tcp (granaryd B's transport is tcp:
+#      it gets A's chunks inline, not by RDMA READ), key (granaryd C holds
+#      the right key: it gets chunks from A and B).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -38,6 +46,7 @@ skip() { echo "SKIP: $*"; exit 0; }
 
 PAIR=$top/build/tests/rdma_pair
 [ -x "$PAIR" ] || die "$PAIR is not built (make)"
+for b in granaryd granaryctl; do [ -x "$top/build/$b" ] || die "build/$b is not built (make)"; done
 [ "$(id -u)" -eq 0 ] || skip "needs root (apt-get, a root-owned initramfs); run make test as root"
 mkdir -p "$W" || die "mkdir $W"
 exec 9>"$W/lock"
@@ -144,7 +153,10 @@ for f in /usr/sbin/ip "$RDMA_TOOL" "$PROV"; do
     cp -L "$f" "$R$f" || die "cp $f"
 done
 cp "$PAIR" "$R/usr/bin/rdma_pair"
-copy_libs /usr/sbin/ip "$RDMA_TOOL" "$PROV" "$PAIR"
+cp "$top/build/granaryd" "$top/build/granaryctl" "$R/usr/bin/"
+cp "$top/tests/vm/rdma_peers.sh" "$R/usr/bin/rdma_peers"
+chmod 0755 "$R/usr/bin/rdma_peers"
+copy_libs /usr/sbin/ip "$RDMA_TOOL" "$PROV" "$PAIR" "$top/build/granaryd" "$top/build/granaryctl"
 mkdir -p "$R/etc/libibverbs.d"
 cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/" || die "no rxe.driver"
 printf '127.0.0.1 localhost\n' > "$R/etc/hosts"
@@ -157,7 +169,13 @@ done
 cp "$K/lib/modules/$KVER"/modules.* "$R/lib/modules/$KVER/"
 TOKEN=granary-vm-token-7f3a9c
 CLIENT_TOKEN=$TOKEN
-[ "${RDMA_FAULT:-}" = token ] && CLIENT_TOKEN=not-the-token
+PEERS_FAULT=
+case ${RDMA_FAULT:-} in
+    '') ;;
+    token) CLIENT_TOKEN=not-the-token ;;
+    tcp | key) PEERS_FAULT=$RDMA_FAULT ;;
+    *) die "RDMA_FAULT=$RDMA_FAULT: one of token, tcp, key" ;;
+esac
 cat > "$R/init" <<EOF
 #!/usr/bin/busybox sh
 export PATH=/usr/sbin:/usr/bin:/bb
@@ -195,6 +213,9 @@ echo "--- client"; cat /tmp/client.log
 echo "@@INFO pair: server rc \$src, client rc \$crc, \$(awk "BEGIN{print \$(up)-\$t0}") s"
 [ \$src = 0 ] && echo "@@RESULT server_exit PASS" || echo "@@RESULT server_exit FAIL"
 [ \$crc = 0 ] && echo "@@RESULT client_exit PASS" || echo "@@RESULT client_exit FAIL"
+t0=\$(up)
+rdma_peers $PEERS_FAULT
+echo "@@INFO peers: \$(awk "BEGIN{print \$(up)-\$t0}") s"
 echo "@@DONE"
 sync
 poweroff -f
@@ -224,7 +245,13 @@ done < <(sed -n 's/^.*@@RESULT //p' "$W/console.log")
 for want in rxe0_up rdma_pair_srv_new rdma_pair_wrong_token_refused rdma_pair_random_reads \
     rdma_pair_wrong_rkey_eio rdma_pair_past_end_eio rdma_pair_old_region_pins_old_pages \
     rdma_pair_reexpose_new_gen rdma_pair_old_gen_rkey_fails rdma_pair_reads_after_reexpose \
-    rdma_pair_server_gone server_exit client_exit; do
+    rdma_pair_server_gone server_exit client_exit \
+    peers_gids peers_a_start peers_b_start peers_a_reads_exact peers_b_reads_exact peers_one_copy \
+    peers_bytes peers_b_peer_reads peers_a_peer_reads peers_served peers_b_sees_a_rdma peers_a_sees_b_rdma \
+    peers_b_log_rdma peers_b_never_tcp peers_a_served_rdma peers_no_inline_fallback \
+    peers_c_start peers_c_auto_rdma peers_c_reads_exact peers_c_no_peer_reads peers_c_from_source \
+    peers_a_refused_c peers_b_refused_c peers_c_log_key \
+    peers_b_evict peers_b_reads_after_kill peers_b_saw_a_fail peers_b_refetched peers_b_exit peers_c_exit; do
     grep -q "@@RESULT $want PASS" "$W/console.log" || { echo "FAIL $want did not pass"; fails=$((fails + 1)); }
 done
 grep -q '@@DONE' "$W/console.log" || { echo "FAIL the checks did not run to the end (qemu $qrc)"; fails=$((fails + 1)); }
