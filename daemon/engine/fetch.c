@@ -350,6 +350,42 @@ static void fetch_done(wq_job *j)
     free(p);
 }
 
+/* gr__htab_walk: the arena bytes of the fetches in flight. */
+static int sum_inflight(void *arg, gr__hnode *n)
+{
+    pending *p = gr__container_of(n, pending, hn);
+
+    if (p->c->ar)
+        *(uint64_t *)arg += p->c->cap;
+    return 0;
+}
+
+/* Debug: where the arena's blocks were when chunk c got none (a profile of
+ * heap fallbacks).  Blocks outside the tier and not being fetched are held
+ * by leases, replies being sent or write-behind jobs. */
+static void log_heap_fallback(fetcher *fx, const chunk *c)
+{
+    dram_stats ds;
+    uint64_t fetching = 0, kept, outside;
+
+    dram_get_stats(fx->dram, &ds);
+    gr__htab_walk(&fx->pending, sum_inflight, &fetching);
+    kept = ds.cached_bytes - ds.overflow_bytes;     /* arena chunks in the tier */
+    outside = ds.arena_used_bytes > kept ? ds.arena_used_bytes - kept : 0;
+    log_debug("heap fallback (%s, %u bytes): arena %llu of %llu KiB used: policy %llu (of its "
+              "%llu), other chunks in the tier %llu, fetching %llu, leased or being sent %llu; "
+              "heap overflow %llu KiB",
+              c->admitted ? "admitted" : "refused", c->cap,
+              (unsigned long long)ds.arena_used_bytes >> 10,
+              (unsigned long long)ds.arena_bytes >> 10,
+              (unsigned long long)ds.policy_bytes >> 10,
+              (unsigned long long)ds.policy_capacity >> 10,
+              (unsigned long long)(kept - ds.policy_bytes) >> 10,
+              (unsigned long long)fetching >> 10,
+              (unsigned long long)(outside > fetching ? outside - fetching : 0) >> 10,
+              (unsigned long long)ds.overflow_bytes >> 10);
+}
+
 #define FJ_FOR_PEER 0x1             /* fetch_join: a peer's request (local only, not counted) */
 
 /* Add a waiter to the fetch of key, starting one for class cls if none is
@@ -396,6 +432,8 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
             cb(arg, NULL, -ENOMEM, "out of memory");
         return;
     }
+    if (!p->c->ar && log_current_level >= LOG_DEBUG)
+        log_heap_fallback(fx, p->c);
     p->task.job.run = fetch_run;
     p->task.job.done = fetch_done;
     p->fx = fx;

@@ -491,6 +491,11 @@ void dram_get_stats(const dram *d, dram_stats *out)
     out->capacity_bytes = as.capacity_bytes + d->ocap;
     out->used_bytes = as.used_bytes + d->oused;
     out->cached_bytes = policy_used(d->pol) + d->oused;
+    out->policy_bytes = policy_used(d->pol);
+    out->policy_capacity = policy_capacity(d->pol);
+    out->arena_bytes = as.capacity_bytes;
+    out->arena_used_bytes = as.used_bytes;
+    out->overflow_bytes = d->oused;
     out->chunks = gr__htab_count(&d->table);
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;

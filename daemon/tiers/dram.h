@@ -74,6 +74,11 @@ typedef struct dram_stats {
     uint64_t capacity_bytes;    /* the arena's size */
     uint64_t used_bytes;        /* arena bytes allocated: cached, leased or in flight */
     uint64_t cached_bytes;      /* bytes of the blocks of the chunks the tier holds */
+    uint64_t policy_bytes;      /* arena bytes the policy orders (of cached_bytes) */
+    uint64_t policy_capacity;   /* what the policy may order: the arena less the reserve */
+    uint64_t arena_bytes;       /* the arena's size (of capacity_bytes) */
+    uint64_t arena_used_bytes;  /* arena bytes allocated (of used_bytes) */
+    uint64_t overflow_bytes;    /* heap bytes the overflow holds (of used_bytes) */
     uint64_t chunks;
     uint64_t evictions;
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
