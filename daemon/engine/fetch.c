@@ -318,10 +318,17 @@ static void fetch_done(wq_job *j)
         p->c->admitted = 1;     /* it was hinted: someone said it will be read */
     if (found) {
         if (p->born != SCHED_DEMAND) {
-            /* Fetched ahead: kept even if the policy would not have
-             * admitted it (someone said it will be read), and marked until
-             * it is. */
-            p->c->admitted = 1;
+            /* Fetched ahead: marked until it is read, and kept until then
+             * even if the policy refused it (in the spill, dram_put; a
+             * hinted one is held as well).  Only a warmup, an operator's
+             * order to cache it, overrides the policy; read-ahead and hints
+             * used to as well, and each refused chunk they fetched then
+             * stayed in the policy beyond its capacity, in the arena's
+             * reserve for refused chunks, until no refused chunk found a
+             * block there and all of them went to the heap and 128 KiB
+             * copies (epoch's warm passes at 0.3-0.6x lru's). */
+            if (p->born == SCHED_WARMUP)
+                p->c->admitted = 1;
             if (demand)
                 fx->stats->prefetch_used++;
             else
@@ -366,22 +373,23 @@ static int sum_inflight(void *arg, gr__hnode *n)
 static void log_heap_fallback(fetcher *fx, const chunk *c)
 {
     dram_stats ds;
-    uint64_t fetching = 0, kept, outside;
+    uint64_t fetching = 0, kept, outside, unread, busy;
 
     dram_get_stats(fx->dram, &ds);
+    dram_spill_profile(fx->dram, &unread, &busy);
     gr__htab_walk(&fx->pending, sum_inflight, &fetching);
     kept = ds.cached_bytes - ds.overflow_bytes;     /* arena chunks in the tier */
     outside = ds.arena_used_bytes > kept ? ds.arena_used_bytes - kept : 0;
     log_debug("heap fallback (%s, %u bytes): arena %llu of %llu KiB used: policy %llu (of its "
-              "%llu), other chunks in the tier %llu, fetching %llu, leased or being sent %llu; "
-              "heap overflow %llu KiB",
+              "%llu), spill %llu (read ahead, unread %llu; leased or being sent %llu), fetching "
+              "%llu, out of the tier but leased or being sent %llu; heap overflow %llu KiB",
               c->admitted ? "admitted" : "refused", c->cap,
               (unsigned long long)ds.arena_used_bytes >> 10,
               (unsigned long long)ds.arena_bytes >> 10,
               (unsigned long long)ds.policy_bytes >> 10,
               (unsigned long long)ds.policy_capacity >> 10,
-              (unsigned long long)(kept - ds.policy_bytes) >> 10,
-              (unsigned long long)fetching >> 10,
+              (unsigned long long)ds.spill_bytes >> 10, (unsigned long long)unread >> 10,
+              (unsigned long long)busy >> 10, (unsigned long long)fetching >> 10,
               (unsigned long long)(outside > fetching ? outside - fetching : 0) >> 10,
               (unsigned long long)ds.overflow_bytes >> 10);
 }

@@ -79,6 +79,7 @@ typedef struct dram_stats {
     uint64_t arena_bytes;       /* the arena's size (of capacity_bytes) */
     uint64_t arena_used_bytes;  /* arena bytes allocated (of used_bytes) */
     uint64_t overflow_bytes;    /* heap bytes the overflow holds (of used_bytes) */
+    uint64_t spill_bytes;       /* arena bytes of the refused chunks the tier holds (of cached_bytes) */
     uint64_t chunks;
     uint64_t evictions;
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
@@ -130,11 +131,18 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
  * NULL: for asking whether it is cached. */
 chunk *dram_peek(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
+/* For a profile (O(spilled chunks)): the bytes of the spill's chunks read
+ * ahead and not yet read, and of the others held beyond the tier (leased,
+ * being sent, written behind). */
+void dram_spill_profile(const dram *d, uint64_t *unread, uint64_t *busy);
+
 /* Keep c (the tier takes its own reference), replacing any chunk with the
- * same key: an admitted arena chunk under the policy; a heap chunk in the
+ * same key: an admitted arena chunk under the policy (evicting first if it
+ * was admitted after its allocation made room); a heap chunk in the
  * overflow, evicting its oldest (one larger than the overflow is not kept);
- * an arena chunk the policy refused is not kept (its block is freed when
- * its last user is done). */
+ * an arena chunk the policy refused in the spill, which gives its block back
+ * to the next allocation that needs one once nobody else holds it (and, for
+ * a refused chunk's allocation, once it was asked for). */
 void dram_put(dram *d, chunk *c);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix.
