@@ -104,7 +104,7 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
                    dram **out, char *err, size_t errlen)
 {
     dram *d = calloc(1, sizeof(*d));
-    uint64_t seg = SEGMENT_MAX, acap;
+    uint64_t seg = SEGMENT_MAX, acap, pcap, budget;
     policy_kind kind = POLICY_LRU;
     int rc;
 
@@ -118,32 +118,42 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
     }
     while (seg < max_chunk)
         seg *= 2;
-    /* An eighth of the capacity is the heap overflow (see dram_put), the
-     * rest the arena.  Segments are up to 64 MiB but at most a quarter of
-     * the arena, so rounding the arena down to whole segments (the capacity
-     * is never exceeded) wastes little; never smaller than a chunk. */
-    d->ocap = capacity / 8;
-    capacity -= d->ocap;
-    while (seg > capacity / 4 && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
+    /* The policy orders seven eighths of the capacity, less a sixteenth of
+     * that in a tier of at least 32 chunks: as much as before the reserve
+     * below grew, so the subset epoch keeps is as large.  The arena is all
+     * of the capacity but a sixteenth, in whole segments (up to 64 MiB, at
+     * most an eighth of it, never smaller than a chunk, so rounding wastes
+     * little); the heap overflow (see dram_put) is what is left.  What the
+     * arena holds beyond the policy is the reserve: blocks for chunks in
+     * flight, victims still leased, and chunks the policy refuses (the
+     * spill), so that these too are handed out as leases, zero-copy, for
+     * as long as a client reads them, instead of falling back to the heap
+     * and 128 KiB inline replies.  A sequential reader under epoch holds
+     * its read-ahead window (at most an eighth of the capacity) and its
+     * kept leases (a sixteenth) of refused chunks there: with a reserve of
+     * a sixteenth of the arena beside an overflow of an eighth, most
+     * refused chunks went to the heap (epoch's warm passes at 0.3-0.6x
+     * lru's, at a better hit ratio); with about an eighth in the reserve
+     * and a sixteenth in the overflow, few do. */
+    pcap = capacity - capacity / 8;
+    if (pcap >= 32 * max_chunk)
+        pcap -= pcap / 16;
+    budget = capacity - capacity / 16;
+    while (seg > budget / 8 && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
         seg /= 2;
-    if (capacity < seg) {
+    if (budget < seg) {
         snprintf(err, errlen, "[dram] capacity %llu is too small for chunks of %llu",
-                 (unsigned long long)(capacity + d->ocap), (unsigned long long)max_chunk);
+                 (unsigned long long)capacity, (unsigned long long)max_chunk);
         free(d);
         return -EINVAL;
     }
-    acap = capacity - capacity % seg;
+    acap = budget - budget % seg;
+    d->ocap = capacity - acap;
+    if (pcap > acap)
+        pcap = acap;
     rc = arena_new_pages(acap, seg, pages, &d->ar, err, errlen);
     if (rc == 0) {
-        /* The policy orders all of the arena but a sixteenth (in an arena
-         * of at least 32 chunks): that stays free for chunks the policy
-         * refuses, so that they too are handed out as leases, zero-copy, for
-         * as long as a client reads them, instead of falling back to the
-         * heap and 128 KiB inline replies (a refusing policy such as epoch
-         * served most of its misses that way: 0.5-0.7x lru's throughput at
-         * the same hit ratio). */
-        uint64_t reserve = acap >= 32 * max_chunk ? acap / 16 : 0;
-        rc = policy_new(kind, acap - reserve, &d->pol);
+        rc = policy_new(kind, pcap, &d->pol);
         if (rc < 0)
             snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     }

@@ -13,7 +13,7 @@
  * (segment, offset, length) without a copy.  When no block can be had, even
  * after evicting (everything is leased or in flight), a chunk falls back to
  * the heap and is served by copy; the tier keeps such chunks in a small
- * overflow (an eighth of the capacity) so that a client coming back for the
+ * overflow (a sixteenth of the capacity) so that a client coming back for the
  * rest of one does not make the daemon read the source again.  Arena plus
  * overflow never exceed the capacity, leased and in-flight blocks
  * included.
@@ -48,7 +48,7 @@ struct chunk {
     arena_block blk;        /* where data lives when ar is set */
     gr__hnode hn;           /* the tier's table */
     policy_node pn;         /* the tier's eviction policy (arena chunks) */
-    gr__list lru;           /* the overflow's LRU list (heap chunks), head most recent */
+    gr__list lru;           /* the overflow's (heap) or the spill's (refused) LRU list, head most recent */
     int in_tier;
     int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
     int pinned;             /* pinned in the policy: never evicted */
@@ -91,9 +91,11 @@ typedef struct dram_stats {
 } dram_stats;
 
 /*
- * The tier: capacity bytes, an eighth for the heap overflow and the rest an
- * arena (rounded down to whole segments of up to 64 MiB, each at least
- * max_chunk), evicting by the named policy (policy.h: lru, lfu, sieve,
+ * The tier: capacity bytes, fifteen sixteenths an arena (rounded down to
+ * whole segments of up to 64 MiB, each at least max_chunk) and the rest the
+ * heap overflow; the policy orders about 82% of the capacity, the rest of the
+ * arena is the reserve for chunks in flight and chunks the policy refuses
+ * (see dram_new_pages), evicting by the named policy (policy.h: lru, lfu, sieve,
  * s3fifo, epoch).  0 or -errno with a reason in err.
  */
 int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
