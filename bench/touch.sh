@@ -85,7 +85,7 @@ if echo advise > "$thp" 2> /dev/null; then
 else
     echo "thp skipped (cannot write $thp)" >> "$work/rows.skip"
 fi
-need=$(( (mb * 2 * 7 / 8) / 2 + 16 ))
+need=$(( (mb * 2 * 15 / 16) / 2 + 16 ))   # the arena: fifteen sixteenths of [dram] capacity
 if echo "$need" > "$nr" 2> /dev/null && [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge $((need - 16)) ]; then
     run hugetlb
 else

@@ -82,11 +82,11 @@ START_TEST(test_lru_capacity)
 {
     dram_stats st;
 
-    tier = mkdram(40 * 1024, 8192);         /* 5K overflow, 4 arena blocks of 8K */
+    tier = mkdram(40 * 1024, 8192);         /* 4 arena blocks of 8K, 8K overflow */
     for (uint64_t i = 0; i < 4; i++)
         put(1, i, 8192);
     dram_get_stats(tier, &st);
-    ck_assert_uint_eq(st.capacity_bytes, 4 * 8192 + 5 * 1024);
+    ck_assert_uint_eq(st.capacity_bytes, 40 * 1024);    /* arena and overflow: all of it */
     ck_assert_uint_eq(st.used_bytes, 4 * 8192);
     ck_assert(has(tier, 1, 0));             /* 0 becomes most recent */
     put(1, 4, 8192);                        /* the arena is full: evicts 1, the least recent */
@@ -186,10 +186,11 @@ END_TEST
 START_TEST(test_heap_overflow)
 {
     uint8_t key[CHUNK_KEY_LEN];
-    chunk *leased[8], *h[3];
+    chunk *leased[8], *h[3], *fl;
     dram_stats st;
 
-    tier = mkdram(80 * 1024, 8192);         /* 10K overflow, 8 arena blocks of 8K */
+    /* 9 arena blocks of 8K (the policy's 8, a reserve of one), 8K overflow. */
+    tier = mkdram(80 * 1024, 8192);
     for (uint64_t i = 0; i < 8; i++)
         put(9, i, 8192);
     /* Lease every cached chunk: the arena is pinned. */
@@ -198,20 +199,23 @@ START_TEST(test_heap_overflow)
         leased[i] = dram_get(tier, key);
         ck_assert_ptr_nonnull(leased[i]);
     }
+    fl = mk(9, 8, 8192);                    /* in flight: it takes the reserve */
+    ck_assert_ptr_nonnull(fl->ar);
     for (int k = 0; k < 3; k++) {
         h[k] = mk(7, (uint64_t)k, 4096);
         ck_assert_ptr_null(h[k]->ar);       /* heap fallback */
         dram_put(tier, h[k]);
     }
-    /* The overflow holds 10K: two 4K heap chunks; the oldest went. */
+    /* The overflow holds 8K: two 4K heap chunks; the oldest went. */
     ck_assert(!has(tier, 7, 0));
     ck_assert(has(tier, 7, 1) && has(tier, 7, 2));
     dram_get_stats(tier, &st);
-    ck_assert_uint_eq(st.used_bytes, 8 * 8192 + 2 * 4096);
+    ck_assert_uint_eq(st.used_bytes, 9 * 8192 + 2 * 4096);
     ck_assert_uint_le(st.used_bytes, st.capacity_bytes);
     ck_assert_uint_eq(st.heap_fallbacks, 3);
     for (int k = 0; k < 3; k++)
         chunk_unref(&h[k]);
+    chunk_unref(&fl);
     for (uint64_t i = 0; i < 8; i++)
         chunk_unref(&leased[i]);
     dram_free(&tier);
@@ -323,6 +327,69 @@ START_TEST(test_set_policy)
 }
 END_TEST
 
+/* Chunks the policy refuses stay out of it: they live in the reserve (the
+ * spill), are found there while someone reads them, and give their blocks
+ * back to the next refused chunk once read and idle; the policy never holds
+ * more than its capacity. */
+START_TEST(test_refused_spill)
+{
+    char err[256];
+    uint8_t key[CHUNK_KEY_LEN];
+    chunk *r[16], *c, *held;
+    dram_stats st;
+
+    /* 15 segments of 64K, 120 blocks of 8K: the policy's 105, a reserve of 15. */
+    ck_assert_msg(dram_new(1 << 20, 8192, "epoch", &tier, err, sizeof(err)) == 0, "%s", err);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.arena_bytes, 120 * 8192);
+    ck_assert_uint_eq(st.policy_capacity, 105 * 8192);
+    ck_assert_uint_eq(st.arena_bytes + st.overflow_bytes + 65536, st.capacity_bytes);
+    for (uint64_t i = 0; i < 105; i++)
+        put(1, i, 8192);
+    /* Full: first sightings are refused, and read ahead (marked unread). */
+    for (int k = 0; k < 15; k++) {
+        r[k] = mk(2, (uint64_t)k, 8192);
+        ck_assert(!r[k]->admitted);
+        ck_assert_ptr_nonnull(r[k]->ar);    /* a block of the reserve */
+        r[k]->prefetched = 1;
+        dram_put(tier, r[k]);
+        chunk_unref(&r[k]);
+    }
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.policy_bytes, 105 * 8192);
+    ck_assert_uint_eq(st.spill_bytes, 15 * 8192);
+    ck_assert_uint_eq(st.arena_used_bytes, st.arena_bytes);
+    ck_assert(has(tier, 2, 0) && has(tier, 2, 14));
+    /* The reserve holds unread chunks only: the next refused one takes the
+     * heap rather than drop one of them. */
+    c = mk(2, 15, 8192);
+    ck_assert_ptr_null(c->ar);
+    chunk_unref(&c);
+    /* Read them (a client holds the newest); the next refused chunk takes
+     * the block of the least recent idle one. */
+    for (int k = 0; k < 15; k++) {
+        key_for(key, 2, (uint64_t)k);
+        c = dram_peek(tier, key);
+        c->prefetched = 0;
+    }
+    key_for(key, 2, 0);
+    held = dram_get(tier, key);             /* now the most recent, and leased */
+    c = mk(2, 16, 8192);
+    ck_assert_ptr_nonnull(c->ar);
+    ck_assert(!has(tier, 2, 1));            /* the least recent idle one went */
+    ck_assert(has(tier, 2, 0));
+    dram_put(tier, c);
+    chunk_unref(&c);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.policy_bytes, 105 * 8192);
+    ck_assert_uint_eq(st.spill_bytes, 15 * 8192);
+    ck_assert_uint_eq(st.evictions, 0);     /* no resident displaced */
+    ck_assert_uint_eq(st.heap_fallbacks, 1);
+    chunk_unref(&held);
+    dram_free(&tier);
+}
+END_TEST
+
 START_TEST(test_too_small)
 {
     char err[256];
@@ -348,6 +415,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_policy_epoch_vs_lru);
     tcase_add_test(tc, test_pin_prefix);
     tcase_add_test(tc, test_set_policy);
+    tcase_add_test(tc, test_refused_spill);
     tcase_add_test(tc, test_too_small);
     suite_add_tcase(s, tc);
     return s;

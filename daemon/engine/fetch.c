@@ -318,10 +318,17 @@ static void fetch_done(wq_job *j)
         p->c->admitted = 1;     /* it was hinted: someone said it will be read */
     if (found) {
         if (p->born != SCHED_DEMAND) {
-            /* Fetched ahead: kept even if the policy would not have
-             * admitted it (someone said it will be read), and marked until
-             * it is. */
-            p->c->admitted = 1;
+            /* Fetched ahead: marked until it is read, and kept until then
+             * even if the policy refused it (in the spill, dram_put; a
+             * hinted one is held as well).  Only a warmup, an operator's
+             * order to cache it, overrides the policy; read-ahead and hints
+             * used to as well, and each refused chunk they fetched then
+             * stayed in the policy beyond its capacity, in the arena's
+             * reserve for refused chunks, until no refused chunk found a
+             * block there and all of them went to the heap and 128 KiB
+             * copies (epoch's warm passes at 0.3-0.6x lru's). */
+            if (p->born == SCHED_WARMUP)
+                p->c->admitted = 1;
             if (demand)
                 fx->stats->prefetch_used++;
             else
@@ -348,6 +355,43 @@ static void fetch_done(wq_job *j)
     chunk_unref(&p->c);
     srcfile_unref(&p->f);
     free(p);
+}
+
+/* gr__htab_walk: the arena bytes of the fetches in flight. */
+static int sum_inflight(void *arg, gr__hnode *n)
+{
+    pending *p = gr__container_of(n, pending, hn);
+
+    if (p->c->ar)
+        *(uint64_t *)arg += p->c->cap;
+    return 0;
+}
+
+/* Debug: where the arena's blocks were when chunk c got none (a profile of
+ * heap fallbacks).  Blocks outside the tier and not being fetched are held
+ * by leases, replies being sent or write-behind jobs. */
+static void log_heap_fallback(fetcher *fx, const chunk *c)
+{
+    dram_stats ds;
+    uint64_t fetching = 0, kept, outside, unread, busy;
+
+    dram_get_stats(fx->dram, &ds);
+    dram_spill_profile(fx->dram, &unread, &busy);
+    gr__htab_walk(&fx->pending, sum_inflight, &fetching);
+    kept = ds.cached_bytes - ds.overflow_bytes;     /* arena chunks in the tier */
+    outside = ds.arena_used_bytes > kept ? ds.arena_used_bytes - kept : 0;
+    log_debug("heap fallback (%s, %u bytes): arena %llu of %llu KiB used: policy %llu (of its "
+              "%llu), spill %llu (read ahead, unread %llu; leased or being sent %llu), fetching "
+              "%llu, out of the tier but leased or being sent %llu; heap overflow %llu KiB",
+              c->admitted ? "admitted" : "refused", c->cap,
+              (unsigned long long)ds.arena_used_bytes >> 10,
+              (unsigned long long)ds.arena_bytes >> 10,
+              (unsigned long long)ds.policy_bytes >> 10,
+              (unsigned long long)ds.policy_capacity >> 10,
+              (unsigned long long)ds.spill_bytes >> 10, (unsigned long long)unread >> 10,
+              (unsigned long long)busy >> 10, (unsigned long long)fetching >> 10,
+              (unsigned long long)(outside > fetching ? outside - fetching : 0) >> 10,
+              (unsigned long long)ds.overflow_bytes >> 10);
 }
 
 #define FJ_FOR_PEER 0x1             /* fetch_join: a peer's request (local only, not counted) */
@@ -396,6 +440,8 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
             cb(arg, NULL, -ENOMEM, "out of memory");
         return;
     }
+    if (!p->c->ar && log_current_level >= LOG_DEBUG)
+        log_heap_fallback(fx, p->c);
     p->task.job.run = fetch_run;
     p->task.job.done = fetch_done;
     p->fx = fx;

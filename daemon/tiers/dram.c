@@ -2,11 +2,15 @@
  * dram.c - chunks and the DRAM tier (see dram.h).
  *
  * A hash table keyed by the chunk key finds chunks (common/htab.h: it grows
- * in steps); arena chunks are ordered by the tier's eviction policy
- * (policy.h), heap chunks by a plain LRU list of their own (the overflow).
- * Room is made when a chunk is allocated, not when
- * it is put: the arena is the limit, and the policy is asked for victims
- * until a block frees up (a victim still leased frees nothing yet).
+ * in steps); the arena chunks the policy admitted are ordered by the tier's
+ * eviction policy (policy.h), heap chunks by a plain LRU list of their own
+ * (the overflow), and arena chunks the policy refused by another (the
+ * spill: they live in the arena's reserve, see dram_new_pages).  Room is
+ * made when a chunk is allocated, not when it is put: the arena is the
+ * limit; the spill gives up its idle chunks first, then the policy is asked
+ * for victims until a block frees up (a victim still leased frees nothing
+ * yet).  The policy never holds more than its capacity: a chunk it refused
+ * never enters it, whoever fetched it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,9 +26,11 @@ struct dram {
     arena *ar;
     policy *pol;                /* orders the arena chunks held */
     uint64_t oused, ocap;       /* bytes of the heap chunks held, and their cap */
+    uint64_t sused;             /* bytes of the spill's arena blocks */
     uint64_t evictions, heap_fallbacks, not_admitted, prefetch_wasted;
     gr__htab table;             /* chunks held, arena and heap, by key */
     gr__list overflow;          /* the heap chunks held: head most recent */
+    gr__list spill;             /* the arena chunks held the policy refused: head most recent */
     idset pins;                 /* ids of pinned files */
     uint64_t pinned_bytes;
 };
@@ -98,7 +104,7 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
                    dram **out, char *err, size_t errlen)
 {
     dram *d = calloc(1, sizeof(*d));
-    uint64_t seg = SEGMENT_MAX, acap;
+    uint64_t seg = SEGMENT_MAX, acap, pcap, budget;
     policy_kind kind = POLICY_LRU;
     int rc;
 
@@ -112,36 +118,47 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
     }
     while (seg < max_chunk)
         seg *= 2;
-    /* An eighth of the capacity is the heap overflow (see dram_put), the
-     * rest the arena.  Segments are up to 64 MiB but at most a quarter of
-     * the arena, so rounding the arena down to whole segments (the capacity
-     * is never exceeded) wastes little; never smaller than a chunk. */
-    d->ocap = capacity / 8;
-    capacity -= d->ocap;
-    while (seg > capacity / 4 && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
+    /* The policy orders seven eighths of the capacity, less a sixteenth of
+     * that in a tier of at least 32 chunks: as much as before the reserve
+     * below grew, so the subset epoch keeps is as large.  The arena is all
+     * of the capacity but a sixteenth, in whole segments (up to 64 MiB, at
+     * most an eighth of it, never smaller than a chunk, so rounding wastes
+     * little); the heap overflow (see dram_put) is what is left.  What the
+     * arena holds beyond the policy is the reserve: blocks for chunks in
+     * flight, victims still leased, and chunks the policy refuses (the
+     * spill), so that these too are handed out as leases, zero-copy, for
+     * as long as a client reads them, instead of falling back to the heap
+     * and 128 KiB inline replies.  A sequential reader under epoch holds
+     * its read-ahead window (at most an eighth of the capacity) and its
+     * kept leases (a sixteenth) of refused chunks there: with a reserve of
+     * a sixteenth of the arena beside an overflow of an eighth, most
+     * refused chunks went to the heap (epoch's warm passes at 0.3-0.6x
+     * lru's, at a better hit ratio); with about an eighth in the reserve
+     * and a sixteenth in the overflow, few do. */
+    pcap = capacity - capacity / 8;
+    if (pcap >= 32 * max_chunk)
+        pcap -= pcap / 16;
+    budget = capacity - capacity / 16;
+    while (seg > budget / 8 && seg / 2 >= max_chunk && seg / 2 >= ARENA_MIN_BLOCK)
         seg /= 2;
-    if (capacity < seg) {
+    if (budget < seg) {
         snprintf(err, errlen, "[dram] capacity %llu is too small for chunks of %llu",
-                 (unsigned long long)(capacity + d->ocap), (unsigned long long)max_chunk);
+                 (unsigned long long)capacity, (unsigned long long)max_chunk);
         free(d);
         return -EINVAL;
     }
-    acap = capacity - capacity % seg;
+    acap = budget - budget % seg;
+    d->ocap = capacity - acap;
+    if (pcap > acap)
+        pcap = acap;
     rc = arena_new_pages(acap, seg, pages, &d->ar, err, errlen);
     if (rc == 0) {
-        /* The policy orders all of the arena but a sixteenth (in an arena
-         * of at least 32 chunks): that stays free for chunks the policy
-         * refuses, so that they too are handed out as leases, zero-copy, for
-         * as long as a client reads them, instead of falling back to the
-         * heap and 128 KiB inline replies (a refusing policy such as epoch
-         * served most of its misses that way: 0.5-0.7x lru's throughput at
-         * the same hit ratio). */
-        uint64_t reserve = acap >= 32 * max_chunk ? acap / 16 : 0;
-        rc = policy_new(kind, acap - reserve, &d->pol);
+        rc = policy_new(kind, pcap, &d->pol);
         if (rc < 0)
             snprintf(err, errlen, "[dram] policy: %s", strerror(-rc));
     }
     gr__list_init(&d->overflow);
+    gr__list_init(&d->spill);
     if (rc == 0 && gr__htab_init(&d->table, 1024) < 0)
         rc = -ENOMEM;
     if (rc < 0) {
@@ -202,18 +219,28 @@ arena *dram_arena(dram *d)
     return d->ar;
 }
 
+/* Whether c, held by the tier, is ordered by the policy (an admitted arena
+ * chunk) rather than kept in the overflow (heap) or the spill (refused). */
+static int in_policy(const chunk *c)
+{
+    return c->ar && c->admitted;
+}
+
 /* Remove c from the tier and drop the tier's reference. */
 static void dram_remove(dram *d, chunk *c)
 {
     gr__htab_remove(&d->table, &c->hn);
-    if (c->ar) {
+    if (in_policy(c)) {
         if (c->pinned)
             d->pinned_bytes -= c->cap;
         c->pinned = 0;
         policy_remove(d->pol, &c->pn);
     } else {
         gr__list_remove(&c->lru);
-        d->oused -= c->cap;
+        if (c->ar)
+            d->sused -= c->cap;
+        else
+            d->oused -= c->cap;
     }
     c->in_tier = 0;
     chunk_unref(&c);
@@ -261,11 +288,11 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN])
 
     if (!c)
         return NULL;
-    if (c->ar) {
+    if (in_policy(c)) {
         policy_hit(d->pol, &c->pn);
     } else {
         gr__list_remove(&c->lru);
-        gr__list_push_front(&d->overflow, &c->lru);
+        gr__list_push_front(c->ar ? &d->spill : &d->overflow, &c->lru);
     }
     return chunk_ref(c);
 }
@@ -295,6 +322,24 @@ static void set_pinned(dram *d, chunk *c, int pinned)
         d->pinned_bytes += c->cap;
     else
         d->pinned_bytes -= c->cap;
+}
+
+/* Drop the least recent spilled chunk whose block that frees (the tier's is
+ * its only reference: not leased, sent, fetched for a hint or written
+ * behind), and with consumed_only, that someone asked for (not read ahead
+ * and still unread).  0, or -1 when there is none. */
+static int spill_drop(dram *d, int consumed_only)
+{
+    for (gr__list *n = d->spill.prev; n != &d->spill; n = n->prev) {
+        chunk *c = gr__list_entry(n, chunk, lru);
+        if (c->refs != 1 || (consumed_only && c->prefetched))
+            continue;
+        if (c->prefetched)
+            d->prefetch_wasted++;
+        dram_remove(d, c);
+        return 0;
+    }
+    return -1;
 }
 
 /* Drop the policy's victim: 0, or -1 when there is none (all pinned). */
@@ -327,12 +372,14 @@ chunk *dram_chunk_new(dram *d, const uint8_t key[CHUNK_KEY_LEN], size_t len, int
     while (admitted && policy_used(d->pol) + block_size(len) > policy_capacity(d->pol) &&
            evict_one(d) == 0)
         ;
-    /* ...and evicts until a block frees up.  A victim still leased or being
-     * sent frees nothing yet, and buddies may need several victims to
-     * merge, so this can take more than one.  A refused chunk displaces
-     * nothing: it takes a free block (the reserve) or the heap. */
-    while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM && admitted &&
-           evict_one(d) == 0)
+    /* ...and evicts until a block frees up: the spill's idle chunks first
+     * (the policy refused them), then the policy's victims.  A victim still
+     * leased or being sent frees nothing yet, and buddies may need several
+     * victims to merge, so this can take more than one.  A refused chunk
+     * displaces no resident: it takes a free block (the reserve), or one an
+     * idle spilled chunk that was read gives up, or the heap. */
+    while ((rc = arena_alloc_for(d->ar, len, owner, &blk)) == -ENOMEM &&
+           (admitted ? spill_drop(d, 0) == 0 || evict_one(d) == 0 : spill_drop(d, 1) == 0))
         ;
     if (rc < 0) {
         d->heap_fallbacks++;
@@ -365,14 +412,22 @@ void dram_put(dram *d, chunk *c)
         return;
     if (old)
         dram_remove(d, old);
-    if (c->ar) {
-        if (!c->admitted)
-            return;
+    if (in_policy(c)) {
+        /* Room was made when it was allocated, unless it was admitted
+         * since (a warmup fetched it): the policy stays within capacity. */
+        while (policy_used(d->pol) + c->cap > policy_capacity(d->pol) && evict_one(d) == 0)
+            ;
         policy_node_init(&c->pn, key_hash(c->key), c->cap);
         policy_insert(d->pol, &c->pn);
         c->pinned = 0;
         if (c->holds || idset_has(&d->pins, c->key))
             set_pinned(d, c, 1);
+    } else if (c->ar) {
+        /* The spill keeps a refused chunk in the reserve while a client
+         * reads it (a read-ahead chunk until it is read at all), for the
+         * arena's other needs to take back as soon as it is idle. */
+        d->sused += c->cap;
+        gr__list_push_front(&d->spill, &c->lru);
     } else {
         /* The overflow keeps a heap chunk just long enough for the client
          * to come back for the rest of it: an inline reply carries at most
@@ -424,7 +479,7 @@ static int walk_files(void *arg, gr__hnode *hn)
         return 0;
     if (w->pin < 0)
         dram_remove(w->d, c);
-    else if (c->ar && !c->holds)
+    else if (in_policy(c) && !c->holds)
         set_pinned(w->d, c, w->pin);
     w->n++;
     return 0;
@@ -473,14 +528,26 @@ long dram_pin_files(dram *d, const uint8_t (*ids)[FILE_ID_LEN], size_t n, int pi
 
 void dram_hold(dram *d, chunk *c)
 {
-    if (c->holds++ == 0 && c->in_tier && c->ar)
+    if (c->holds++ == 0 && c->in_tier && in_policy(c))
         set_pinned(d, c, 1);
 }
 
 void dram_unhold(dram *d, chunk *c)
 {
-    if (--c->holds == 0 && c->in_tier && c->ar && !idset_has(&d->pins, c->key))
+    if (--c->holds == 0 && c->in_tier && in_policy(c) && !idset_has(&d->pins, c->key))
         set_pinned(d, c, 0);
+}
+
+void dram_spill_profile(const dram *d, uint64_t *unread, uint64_t *busy)
+{
+    *unread = *busy = 0;
+    for (const gr__list *n = d->spill.next; n != &d->spill; n = n->next) {
+        const chunk *c = gr__list_entry(n, chunk, lru);
+        if (c->prefetched)
+            *unread += c->cap;
+        else if (c->refs > 1)
+            *busy += c->cap;
+    }
 }
 
 void dram_get_stats(const dram *d, dram_stats *out)
@@ -490,7 +557,13 @@ void dram_get_stats(const dram *d, dram_stats *out)
     arena_get_stats(d->ar, &as);
     out->capacity_bytes = as.capacity_bytes + d->ocap;
     out->used_bytes = as.used_bytes + d->oused;
-    out->cached_bytes = policy_used(d->pol) + d->oused;
+    out->cached_bytes = policy_used(d->pol) + d->oused + d->sused;
+    out->policy_bytes = policy_used(d->pol);
+    out->policy_capacity = policy_capacity(d->pol);
+    out->arena_bytes = as.capacity_bytes;
+    out->arena_used_bytes = as.used_bytes;
+    out->overflow_bytes = d->oused;
+    out->spill_bytes = d->sused;
     out->chunks = gr__htab_count(&d->table);
     out->evictions = d->evictions;
     out->heap_fallbacks = d->heap_fallbacks;

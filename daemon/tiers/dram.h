@@ -13,7 +13,7 @@
  * (segment, offset, length) without a copy.  When no block can be had, even
  * after evicting (everything is leased or in flight), a chunk falls back to
  * the heap and is served by copy; the tier keeps such chunks in a small
- * overflow (an eighth of the capacity) so that a client coming back for the
+ * overflow (a sixteenth of the capacity) so that a client coming back for the
  * rest of one does not make the daemon read the source again.  Arena plus
  * overflow never exceed the capacity, leased and in-flight blocks
  * included.
@@ -48,7 +48,7 @@ struct chunk {
     arena_block blk;        /* where data lives when ar is set */
     gr__hnode hn;           /* the tier's table */
     policy_node pn;         /* the tier's eviction policy (arena chunks) */
-    gr__list lru;           /* the overflow's LRU list (heap chunks), head most recent */
+    gr__list lru;           /* the overflow's (heap) or the spill's (refused) LRU list, head most recent */
     int in_tier;
     int admitted;           /* the policy wants it kept (set by dram_chunk_new) */
     int pinned;             /* pinned in the policy: never evicted */
@@ -74,6 +74,12 @@ typedef struct dram_stats {
     uint64_t capacity_bytes;    /* the arena's size */
     uint64_t used_bytes;        /* arena bytes allocated: cached, leased or in flight */
     uint64_t cached_bytes;      /* bytes of the blocks of the chunks the tier holds */
+    uint64_t policy_bytes;      /* arena bytes the policy orders (of cached_bytes) */
+    uint64_t policy_capacity;   /* what the policy may order: the arena less the reserve */
+    uint64_t arena_bytes;       /* the arena's size (of capacity_bytes) */
+    uint64_t arena_used_bytes;  /* arena bytes allocated (of used_bytes) */
+    uint64_t overflow_bytes;    /* heap bytes the overflow holds (of used_bytes) */
+    uint64_t spill_bytes;       /* arena bytes of the refused chunks the tier holds (of cached_bytes) */
     uint64_t chunks;
     uint64_t evictions;
     uint64_t heap_fallbacks;    /* chunks that got no arena block */
@@ -85,9 +91,11 @@ typedef struct dram_stats {
 } dram_stats;
 
 /*
- * The tier: capacity bytes, an eighth for the heap overflow and the rest an
- * arena (rounded down to whole segments of up to 64 MiB, each at least
- * max_chunk), evicting by the named policy (policy.h: lru, lfu, sieve,
+ * The tier: capacity bytes, fifteen sixteenths an arena (rounded down to
+ * whole segments of up to 64 MiB, each at least max_chunk) and the rest the
+ * heap overflow; the policy orders about 82% of the capacity, the rest of the
+ * arena is the reserve for chunks in flight and chunks the policy refuses
+ * (see dram_new_pages), evicting by the named policy (policy.h: lru, lfu, sieve,
  * s3fifo, epoch).  0 or -errno with a reason in err.
  */
 int dram_new(uint64_t capacity, uint64_t max_chunk, const char *policy_name, dram **out,
@@ -125,11 +133,18 @@ chunk *dram_get(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
  * NULL: for asking whether it is cached. */
 chunk *dram_peek(dram *d, const uint8_t key[CHUNK_KEY_LEN]);
 
+/* For a profile (O(spilled chunks)): the bytes of the spill's chunks read
+ * ahead and not yet read, and of the others held beyond the tier (leased,
+ * being sent, written behind). */
+void dram_spill_profile(const dram *d, uint64_t *unread, uint64_t *busy);
+
 /* Keep c (the tier takes its own reference), replacing any chunk with the
- * same key: an admitted arena chunk under the policy; a heap chunk in the
+ * same key: an admitted arena chunk under the policy (evicting first if it
+ * was admitted after its allocation made room); a heap chunk in the
  * overflow, evicting its oldest (one larger than the overflow is not kept);
- * an arena chunk the policy refused is not kept (its block is freed when
- * its last user is done). */
+ * an arena chunk the policy refused in the spill, which gives its block back
+ * to the next allocation that needs one once nobody else holds it (and, for
+ * a refused chunk's allocation, once it was asked for). */
 void dram_put(dram *d, chunk *c);
 
 /* Drop every chunk whose key starts with the plen bytes of prefix.
