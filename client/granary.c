@@ -494,7 +494,8 @@ static int dial(gr_client *c)
     int ms = timeout_ms();
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     uint8_t req[PROTO_HDR_LEN + PROTO_HELLO_LEN];
-    proto_hello hello = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG };
+    proto_hello hello = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG,
+                          .features = PROTO_FEAT_NOKEEP };
     proto_msg m;
     uint32_t id;
     int rc;
@@ -823,7 +824,10 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         if (dst && to > from)
             memcpy(dst + (from - poff), p + (from - pos), to - from);
         k = chunk_of(f, pos / cs);
-        if (!gr__lc_insert(&c->lc, &k, c->gen, e.lease, p, e.len, now))
+        /* NOKEEP: the daemon's tier holds the chunk outside its policy;
+         * at most one such lease is kept (lcache.h). */
+        if (!((e.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient :
+              gr__lc_insert)(&c->lc, &k, c->gen, e.lease, p, e.len, now))
             queue_release(c, e.lease);
         pos += e.len;
     }
@@ -1387,7 +1391,8 @@ retry:
             goto fail;
         }
         p = c->segs[e1.seg].p + e1.off;
-        e = gr__lc_insert(&c->lc, &k, c->gen, e1.lease, p, e1.len, gr__now_ms());
+        e = ((e1.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient : gr__lc_insert)(
+            &c->lc, &k, c->gen, e1.lease, p, e1.len, gr__now_ms());
         if (e) {
             len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
         } else {

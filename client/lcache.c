@@ -49,6 +49,8 @@ int gr__lc_init(gr__lcache *lc, gr__lc_release release, void *arg)
 /* Take e out of the cache; free it (lease released) unless a user holds it. */
 static void drop(gr__lcache *lc, gr__lent *e)
 {
+    if (lc->transient == e)
+        lc->transient = NULL;
     gr__htab_remove(&lc->table, &e->hn);
     gr__list_remove(&e->lru);
     e->cached = 0;
@@ -119,6 +121,22 @@ gr__lent *gr__lc_insert(gr__lcache *lc, const gr__ckey *k, uint32_t gen, uint32_
     lc->bytes += len;
     lc->count++;
     lc->kept++;
+    return e;
+}
+
+gr__lent *gr__lc_insert_transient(gr__lcache *lc, const gr__ckey *k, uint32_t gen,
+                                  uint32_t lease, const uint8_t *p, uint64_t len,
+                                  uint64_t now_ms)
+{
+    gr__lent *e;
+
+    if (lc->transient)
+        drop(lc, lc->transient);
+    e = gr__lc_insert(lc, k, gen, lease, p, len, now_ms);
+    if (e) {
+        e->transient = 1;
+        lc->transient = e;
+    }
     return e;
 }
 

@@ -39,6 +39,7 @@ typedef struct gr__lent {
     uint64_t expires_ms;        /* gr__now_ms() past which it is not used */
     uint32_t users;             /* gr_refs pointing into it */
     int cached;                 /* in the table (else only its users hold it) */
+    int transient;              /* the daemon said NOKEEP: the one such entry kept */
 } gr__lent;
 
 /* Give e's lease back (the cache frees e right after).  Called with the
@@ -54,6 +55,7 @@ typedef struct gr__lcache {
     uint32_t count;
     gr__lc_release release;
     void *arg;
+    gr__lent *transient;        /* the cached NOKEEP entry, if any */
     /* Counters, for REPORT. */
     uint64_t hits, hit_bytes, kept, expired;
 } gr__lcache;
@@ -77,6 +79,15 @@ gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms);
  * caller then gives the lease back itself. */
 gr__lent *gr__lc_insert(gr__lcache *lc, const gr__ckey *k, uint32_t gen, uint32_t lease,
                         const uint8_t *p, uint64_t len, uint64_t now_ms);
+
+/* The same for a lease the daemon marked NOKEEP (its tier holds the chunk
+ * outside its policy): kept only until the next such lease comes, so that
+ * a sequential pass of small reads over the chunk still needs no message,
+ * while the client never holds more than one of the daemon's scarce
+ * reserve blocks. */
+gr__lent *gr__lc_insert_transient(gr__lcache *lc, const gr__ckey *k, uint32_t gen,
+                                  uint32_t lease, const uint8_t *p, uint64_t len,
+                                  uint64_t now_ms);
 
 /* A gr_ref's hold on e: take it, and let go (the entry goes, lease
  * released, when it left the cache and this was its last user). */

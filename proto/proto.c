@@ -120,8 +120,8 @@ static int dec_hello(const uint8_t *b, proto_hello *x)
     x->chunk_size = gr__le_get32(b + 12);
     x->lease_cache = gr__le_get64(b + 16);
     x->lease_ttl_ms = gr__le_get32(b + 24);
-    x->reserved = gr__le_get32(b + 28);
-    return x->reserved ? -EPROTO : 0;
+    x->features = gr__le_get32(b + 28);
+    return 0;
 }
 
 /* A READX body (of a READX reply, or the tail of an OPENX reply): n bytes. */
@@ -143,7 +143,8 @@ static int dec_readx_body(const uint8_t *b, uint32_t n, proto_readx *rx)
      * a reply that re-encodes differently is not one the daemon sent
      * (found by tests/fuzz/fuzz_proto.c). */
     for (uint32_t i = 0; i < ne; i++)
-        if (gr__le_get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) & ~PROTO_EXTENT_FD)
+        if (gr__le_get32(b + PROTO_READX_PREFIX + i * PROTO_EXTENT_LEN + 20) &
+            ~(PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP))
             return -EPROTO;
     rx->nextents = ne;
     rx->extents = b + PROTO_READX_PREFIX;
@@ -476,7 +477,7 @@ ssize_t proto_enc_hello(void *buf, size_t cap, uint16_t flags, uint32_t req_id,
     gr__le_put32(b + 12, hello->chunk_size);
     gr__le_put64(b + 16, hello->lease_cache);
     gr__le_put32(b + 24, hello->lease_ttl_ms);
-    gr__le_put32(b + 28, 0);
+    gr__le_put32(b + 28, hello->features);
     return PROTO_HDR_LEN + PROTO_HELLO_LEN;
 }
 
@@ -829,7 +830,7 @@ static void put_readx(uint8_t *b, const proto_extent *ext, uint32_t n, uint32_t 
         gr__le_put32(e + 4, ext[i].lease);
         gr__le_put64(e + 8, ext[i].off);
         gr__le_put32(e + 16, ext[i].len);
-        gr__le_put32(e + 20, ext[i].flags & PROTO_EXTENT_FD);
+        gr__le_put32(e + 20, ext[i].flags & (PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP));
     }
 }
 

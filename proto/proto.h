@@ -147,8 +147,10 @@ typedef struct proto_hello {
     uint64_t lease_cache; /* bytes of leases the client may keep to serve later
                            * reads without asking (reply only; 0: none) */
     uint32_t lease_ttl_ms; /* how long it may serve reads from one (reply only) */
-    uint32_t reserved;    /* 0 */
+    uint32_t features;    /* request: PROTO_FEAT_* the client understands (others
+                           * ignored); reply: those the daemon will use */
 } proto_hello;
+#define PROTO_FEAT_NOKEEP 0x1u  /* extents may carry PROTO_EXTENT_NOKEEP */
 #define PROTO_HELLO_LEN 32
 
 typedef struct proto_read {
@@ -170,6 +172,11 @@ typedef struct proto_extent {
     uint32_t flags;
 } proto_extent;
 #define PROTO_EXTENT_FD 0x1u
+/* Do not keep this lease to serve later reads: the tier holds the chunk
+ * outside its policy (refused: in the small spill reserve), so a kept lease
+ * would pin a block the next refused chunk needs.  Only to clients that
+ * asked for PROTO_FEAT_NOKEEP in HELLO. */
+#define PROTO_EXTENT_NOKEEP 0x2u
 #define PROTO_EXTENT_LEN 24
 #define PROTO_READX_PREFIX 8  /* u16 nextents, u16 reserved, u32 inline_len */
 

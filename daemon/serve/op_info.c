@@ -50,6 +50,9 @@ void op_hello(conn *c, const proto_msg *m, int *fds, int nfds)
         conn_fail(c, "out of memory for a HELLO reply");
         return;
     }
+    /* What it understands and we do: the rest is ignored. */
+    c->features = m->u.hello.features & PROTO_FEAT_NOKEEP;
+    h.features = c->features;
     proto_enc_hello(o->buf, o->len, PROTO_F_REPLY, m->h.req_id, &h);
     conn_send(c, o);
 }

@@ -124,6 +124,11 @@ static void readx_reply(conn *c, readreq *r)
             break;
         }
         ext[n].flags = 0;
+        /* A chunk the tier holds outside its policy (refused, in the
+         * spill) or not at all: a lease the client kept would pin a
+         * reserve block the next refused chunk needs. */
+        if ((c->features & PROTO_FEAT_NOKEEP) && (!ch->in_tier || !ch->admitted))
+            ext[n].flags |= PROTO_EXTENT_NOKEEP;
         if (first) {
             m->fds[m->nfds++] = arena_segment_fd(ar, ch->blk.seg);
             ext[n].flags = PROTO_EXTENT_FD;

@@ -75,6 +75,7 @@ struct conn {
     unsigned id;
     peer_cred cred;
     int is_admin;               /* root, or in [daemon] admin_group (at connect) */
+    uint32_t features;          /* PROTO_FEAT_* agreed in HELLO */
     unsigned refs;              /* the loop's + one per request in flight */
     int dead;
     int reading;                /* EV_READ armed */

@@ -109,7 +109,7 @@ static int hello_equal(const proto_hello *a, const proto_hello *b)
     return a->version == b->version && a->max_msg == b->max_msg &&
            a->max_data == b->max_data && a->chunk_size == b->chunk_size &&
            a->lease_cache == b->lease_cache && a->lease_ttl_ms == b->lease_ttl_ms &&
-           a->reserved == b->reserved;
+           a->features == b->features;
 }
 
 static int readx_equal(const proto_readx *a, const proto_readx *b)
@@ -316,7 +316,7 @@ static void check_readx(const proto_msg *m, const proto_readx *rx, const uint8_t
         proto_extent e;
 
         proto_extent_at(m, i, &e);
-        CHECK((e.flags & ~PROTO_EXTENT_FD) == 0);
+        CHECK((e.flags & ~(PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP)) == 0);
     }
 }
 
@@ -342,7 +342,7 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
             CHECK(proto_msg_readx(m) == NULL);
         switch (m->h.op) {
         case PROTO_OP_HELLO:
-            CHECK(n == PROTO_HELLO_LEN && m->u.hello.reserved == 0);
+            CHECK(n == PROTO_HELLO_LEN);
             break;
         case PROTO_OP_OPEN:
             CHECK(n == PROTO_ATTR_LEN);
@@ -414,7 +414,7 @@ static void check_fields(const proto_msg *m, const uint8_t *msg, size_t used)
         CHECK(m->h.op == PROTO_OP_READX);
     switch (m->h.op) {
     case PROTO_OP_HELLO:
-        CHECK(n == PROTO_HELLO_LEN && m->u.hello.reserved == 0);
+        CHECK(n == PROTO_HELLO_LEN);
         break;
     case PROTO_OP_OPEN:
     case PROTO_OP_STAT:
@@ -1029,10 +1029,9 @@ static void check_encoders(const uint8_t *data, size_t size)
         h.chunk_size = (uint32_t)take(&s, 4);
         h.lease_cache = take(&s, 8);
         h.lease_ttl_ms = (uint32_t)take(&s, 4);
-        h.reserved = (uint32_t)take(&s, 4);
+        h.features = (uint32_t)take(&s, 4);       /* any bits: unknown ones are ignored */
         r = proto_enc_hello(buf, sizeof(buf), flags, req_id, &h);
         copy = check_encoded(buf, r, PROTO_HDR_LEN + PROTO_HELLO_LEN, &m);
-        h.reserved = 0;
         CHECK(m.h.op == PROTO_OP_HELLO && m.h.flags == (flags & PROTO_F_REPLY));
         CHECK(m.h.req_id == req_id && hello_equal(&m.u.hello, &h));
         break;
@@ -1221,7 +1220,7 @@ static void check_encoders(const uint8_t *data, size_t size)
 
             proto_extent_at(&m, i, &e);
             CHECK(e.seg == ext[i].seg && e.lease == ext[i].lease && e.off == ext[i].off &&
-                  e.len == ext[i].len && e.flags == (ext[i].flags & PROTO_EXTENT_FD));
+                  e.len == ext[i].len && e.flags == (ext[i].flags & (PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP)));
         }
         for (uint32_t i = 0; i < il; i++)
             CHECK(rx->inline_data[i] == pool[i % POOL_LEN]);
