@@ -79,7 +79,7 @@ expect("CKPT_PUT with a newline in the path",
 expect("CKPT_LIST of id 0", call(s, OP_ADMIN, b"\x0f" + rec_u64("id", 0)), errno.EINVAL)
 expect("CKPT_LIST of an unknown id", call(s, OP_ADMIN, b"\x0f" + rec_u64("id", 999999)), errno.ENOENT)
 expect("CKPT_LIST with an unknown field", call(s, OP_ADMIN, b"\x0f" + rec_u64("bogus", 1)), errno.EINVAL)
-expect("ADMIN 16 (no such command)", call(s, OP_ADMIN, b"\x10"), errno.EPROTO)
+expect("ADMIN 254 (no such command)", call(s, OP_ADMIN, b"\xfe"), errno.EPROTO)
 st, body = call(s, 5, b"")   # STATS: still serving
 if st == 0:
     print("ok   the daemon still serves after the hostile requests")
