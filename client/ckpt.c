@@ -177,11 +177,17 @@ void gr_ckpt_free(gr_ckpt **kp)
     *kp = NULL;
 }
 
+const char *gr_ckpt_state_name(int state)
+{
+    static const char *const n[] = { "staged", "local", "replicated", "published", "failed",
+                                     "superseded" };
+    return state >= 0 && (size_t)state < sizeof(n) / sizeof(n[0]) ? n[state] : "?";
+}
+
 static int state_of(const char *s)
 {
-    static const char *const n[] = { "staged", "local", "replicated", "published", "failed" };
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, n[i]))
+    for (int i = GR_CKPT_STAGED; i <= GR_CKPT_SUPERSEDED; i++)
+        if (!strcmp(s, gr_ckpt_state_name(i)))
             return i;
     return GR_CKPT_STAGED;
 }
@@ -253,6 +259,10 @@ int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms)
             return -1;
         if (info.state == GR_CKPT_FAILED) {
             errno = EIO;
+            return -1;
+        }
+        if (info.state == GR_CKPT_SUPERSEDED) {
+            errno = ESTALE;
             return -1;
         }
         if (info.state >= state)

@@ -442,6 +442,8 @@ int gr_gpu_info(gr_client *c, char *buf, size_t len);
 #define GR_CKPT_REPLICATED 2   /* and in the second failure domain (replica_dir) */
 #define GR_CKPT_PUBLISHED  3   /* at its destination */
 #define GR_CKPT_FAILED     4   /* lost (the staged copy failed its checksum) */
+#define GR_CKPT_SUPERSEDED 5   /* dropped unpublished: a newer checkpoint for the same
+                                * destination was published first (error says which) */
 
 typedef struct gr_ckpt gr_ckpt;
 
@@ -492,8 +494,13 @@ void gr_ckpt_free(gr_ckpt **k);
 int gr_ckpt_status(gr_client *c, uint64_t id, gr_ckpt_info *out);
 /* Wait until checkpoint id reaches state (GR_CKPT_LOCAL ... PUBLISHED) or
  * timeout_ms passes (< 0: forever).  0, or -1 with errno: ETIMEDOUT, EIO
- * (it failed), or gr_ckpt_status's.  Polls every 10 to 100 ms. */
+ * (it failed), ESTALE (superseded: a newer checkpoint for its destination
+ * was published instead, so this one never will be), or gr_ckpt_status's.
+ * Polls every 10 to 100 ms. */
 int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms);
+/* The name of a GR_CKPT_* state ("staged", ... "superseded"), "?" for
+ * others: a static string. */
+const char *gr_ckpt_state_name(int state);
 
 #define GR_ADMIN_CKPT_LIST 15      /* "id" (optional) -> per checkpoint "id", "dest", "state", ... */
 #define GR_ADMIN_PEERS 16          /* none -> per peer-cache member "name", "state", "transport", ... */

@@ -1460,12 +1460,10 @@ static int abs_dest(const char *d, char *out, size_t len)
     return 0;
 }
 
-static const char *const ckpt_states[] = { "staged", "local", "replicated", "published", "failed" };
-
 static void print_ckpt(const gr_ckpt_info *i)
 {
     printf("%" PRIu64 "\t%s\t%s\t%" PRIu64 "\t%u\t%s%s%s\n", i->id,
-           i->state >= 0 && i->state <= 4 ? ckpt_states[i->state] : "?",
+           gr_ckpt_state_name(i->state),
            i->durable ? "durable" : "not-durable", i->size, i->attempts, i->dest,
            i->error[0] ? "\terror: " : "", i->error);
 }
@@ -1597,8 +1595,8 @@ static int cmd_ckpt(int argc, char **argv)
                 continue;
             }
             if (!strcmp(f[i].name, "state") && f[i].is_text) {
-                for (int s = 0; s < 5; s++)
-                    if (!strcmp(f[i].text, ckpt_states[s]))
+                for (int s = GR_CKPT_STAGED; s <= GR_CKPT_SUPERSEDED; s++)
+                    if (!strcmp(f[i].text, gr_ckpt_state_name(s)))
                         info.state = s;
             } else if (!strcmp(f[i].name, "dest") && f[i].is_text) {
                 snprintf(info.dest, sizeof(info.dest), "%s", f[i].text);

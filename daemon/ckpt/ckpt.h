@@ -15,6 +15,11 @@
  * SIGKILL resumes each unpublished drain from its staged copy.  A drain
  * that fails (the destination gone, EIO, ENOSPC on the DFS) keeps the
  * staged copy and is retried with a back-off (1 s doubling to 30 s).
+ * Up to [checkpoint] drains drain at once, within drain_bandwidth
+ * together; per destination one at a time, oldest first, and a published
+ * checkpoint supersedes the older ones for its destination not yet
+ * published (dropped, never renamed over it): a destination only moves
+ * to newer bytes.
  * Staging space is reserved up front ([checkpoint] capacity and an
  * fallocate of the whole size), so a full tier refuses a new checkpoint
  * with ENOSPC instead of losing one.
@@ -41,6 +46,7 @@ typedef enum ckpt_state {
     CKPT_REPLICATED,            /* and a second copy in replica_dir, fsynced */
     CKPT_PUBLISHED,             /* at its destination, renamed, directory fsynced */
     CKPT_FAILED,                /* the staged copy is lost (its checksum failed): never published */
+    CKPT_SUPERSEDED,            /* a newer one for its destination was published first: dropped */
 } ckpt_state;
 
 /* Name of a state ("staged", "local", ...). */
@@ -58,7 +64,8 @@ typedef struct ckpt_config {
     const char *dir;            /* the staging directory (made if missing) */
     const char *replica_dir;    /* "" or NULL: no replica */
     uint64_t capacity;          /* bytes of checkpoints not yet published, at most */
-    uint64_t bandwidth;         /* drain bytes per second; 0 unlimited */
+    uint64_t bandwidth;         /* drain bytes per second, all drains together; 0 unlimited */
+    unsigned drains;            /* checkpoints draining at once, at most (0 taken as 1) */
     int demand;                 /* drains on the demand queue (else background) */
     const char (*roots)[PATH_MAX]; /* [source] roots, by index (borrowed) */
     int nroots;
@@ -80,7 +87,8 @@ typedef struct ckpt_info {
     uid_t uid;
     unsigned attempts;          /* drains that failed */
     int durable;                /* replicated (or published) */
-    const char *error;          /* the last drain's failure, "" if none */
+    uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published; else 0 */
+    const char *error;          /* the last drain's failure (or what superseded it), "" if none */
 } ckpt_info;
 
 typedef struct ckpts ckpts;

@@ -136,6 +136,8 @@ static int list_put(void *arg, const ckpt_info *i)
     U("attempts", i->attempts);
     U("durable", (uint64_t)i->durable);
     U("xxh3", i->hash);
+    if (i->superseded_by)
+        U("superseded_by", i->superseded_by);
     if (i->error[0])
         S("error", i->error);
 #undef U

@@ -12,7 +12,9 @@ returns once the daemon has the bytes fsynced on the node's NVMe; the daemon
 publishes the destination in the background, written as the calling user,
 through a temporary file and a rename, so that a reader never sees it
 half-written.  ``status`` and ``wait`` follow a checkpoint's state:
-"staged", "local", "replicated", "published" ("failed": lost).
+"staged", "local", "replicated", "published" ("failed": lost;
+"superseded": dropped unpublished, a newer checkpoint for the same
+destination was published first).
 """
 import ctypes
 import errno as _errno
@@ -22,7 +24,7 @@ import pickle
 import granary
 from granary._lib import lib as _lib
 
-STATES = ("staged", "local", "replicated", "published", "failed")
+STATES = ("staged", "local", "replicated", "published", "failed", "superseded")
 
 
 class _Info(ctypes.Structure):
@@ -112,7 +114,7 @@ def status(cid, client=None):
     info = _Info()
     if _lib.gr_ckpt_status(h, cid, ctypes.byref(info)) < 0:
         raise granary._error(h)
-    return {"id": info.id, "state": STATES[info.state] if 0 <= info.state < 5 else "?",
+    return {"id": info.id, "state": STATES[info.state] if 0 <= info.state < len(STATES) else "?",
             "durable": bool(info.durable), "size": info.size, "drained": info.drained,
             "attempts": info.attempts, "uid": info.uid,
             "dest": os.fsdecode(info.dest), "error": info.error.decode("utf-8", "replace")}
@@ -121,7 +123,8 @@ def status(cid, client=None):
 def wait(cid, state="published", client=None, timeout=None):
     """Wait until the checkpoint reaches state ("local", "replicated",
     "published"); TimeoutError after timeout seconds (None: forever), OSError
-    EIO if it failed."""
+    EIO if it failed, ESTALE if it was superseded (a newer checkpoint for the
+    same destination was published instead)."""
     _need()
     c = _client(client)
     h = c._handle()
