@@ -209,6 +209,76 @@ check "the shared destination holds the newer checkpoint" $W check "$dir/src/con
 check "the others are byte-exact" sh -c "$W check $dir/src/conc/d2 2097152 52 && $W check $dir/src/conc/d3 2097152 53"
 stop
 
+# ---- checkpoint sets ----
+# Several files published together: DEST becomes a link to a generation
+# directory DEST.granary-gen-ID (the files, then MANIFEST), the previous
+# generation kept; a reader that resolved DEST once keeps a whole set.
+conf ""
+start || exit 1
+mkdir -p "$dir/src/sets" "$dir/setin"
+for i in 0 1 2; do head -c $((300000 + i)) /dev/urandom > "$dir/setin/shard$i"; done
+: > "$dir/setin/empty"
+out=$($CTL -s "$dir/sock" put --set "$dir/src/sets/step" "$dir/setin" --wait)
+sid=$(echo "$out" | sed -n 's/^checkpoint \([0-9]*\): published.*/\1/p')
+check "granaryctl put --set DEST DIR --wait publishes" test -n "$sid"
+check "DEST is a link to its generation directory" test "$(readlink "$dir/src/sets/step")" = "step.granary-gen-$sid"
+check "the set's files are byte-exact (the empty one too)" sh -c "cmp -s $dir/setin/shard0 $dir/src/sets/step/shard0 && cmp -s $dir/setin/shard2 $dir/src/sets/step/shard2 && [ -f $dir/src/sets/step/empty ] && [ ! -s $dir/src/sets/step/empty ]"
+check "MANIFEST lists the four files" test "$(grep -c '^[0-9a-f]\{16\} [0-9]* ' "$dir/src/sets/step/MANIFEST")" = 4
+check "granaryctl put --set DEST FILE... publishes those" sh -c "$CTL -s $dir/sock put --set $dir/src/sets/two $dir/setin/shard0 $dir/setin/shard1 --wait > /dev/null && cmp -s $dir/setin/shard1 $dir/src/sets/two/shard1 && [ ! -e $dir/src/sets/two/shard2 ]"
+mkdir -p "$dir/src/sets/realdir"
+check "a DEST that is a directory (not a set's link) is refused" sh -c "! $CTL -s $dir/sock put --set $dir/src/sets/realdir $dir/setin 2> $dir/err && grep -q 'is a directory' $dir/err"
+sd="$dir/src/sets/m"
+for v in 7 8 9; do $W setput "$dir/sock" "$sd" 3 1048576 $v wait > /dev/null; done
+check "gr_ckpt_set_*: MANIFEST checksums and bytes verified (ckpt_writer setcheck)" $W setcheck "$sd" 3 1048576 9
+check "the generation before is kept, older ones removed" test "$(ls -d "$sd".granary-gen-* | wc -l)" = 2
+check "no temporary link is left" sh -c "! ls -A $dir/src/sets | grep -q '^\.m\.granary'"
+cat > "$dir/hold.py" <<'PY'
+import os, subprocess, sys
+w, sock, d = sys.argv[1:4]
+fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)        # resolved once
+subprocess.run([w, "setput", sock, d, "3", "1048576", "10", "wait"], check=True,
+               stdout=subprocess.DEVNULL)
+old = subprocess.run([w, "setcheck", "/proc/%d/fd/%d" % (os.getpid(), fd), "3", "1048576", "9"]).returncode
+new = subprocess.run([w, "setcheck", d, "3", "1048576", "10"]).returncode
+print("old %d new %d" % (old, new))
+PY
+check "a reader that resolved DEST before a publish still reads the whole old set; DEST the new one" sh -c "[ \"\$(/usr/bin/python3 $dir/hold.py $W $dir/sock $sd)\" = 'old 0 new 0' ]"
+stop
+
+# ---- SIGKILL torture of sets ----
+# Kills during the set's staging, drain and publish: after each, DEST is
+# absent or one whole set (MANIFEST and bytes verified), never a mix.
+conf "drain_bandwidth = 16M"
+sd="$dir/src/sets/tort"
+v=0; set_acked=0; set_torn=0; set_in_drain=0
+while [ $v -lt "${CKPT_SET_KILLS:-15}" ]; do
+    v=$((v + 1))
+    start || break
+    $W setput "$dir/sock" "$sd" 4 1048576 $v > "$dir/w.out" 2>/dev/null &
+    wpid=$!
+    sleep "0.$(od -An -N2 -tu2 /dev/urandom | awk '{printf "%03d", $1 % 700}')"
+    kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+    wait "$wpid" 2>/dev/null
+    grep -q '^acked' "$dir/w.out" && set_acked=$v
+    grep -lEq '^state (local|replicated)' "$dir"/nvme/checkpoints/*.ckpt 2>/dev/null && set_in_drain=$((set_in_drain + 1))
+    if [ -e "$sd" ] || [ -L "$sd" ]; then
+        ok=0; u=1
+        while [ $u -le $v ]; do $W setcheck "$sd" 4 1048576 $u 2>/dev/null && { ok=1; break; }; u=$((u + 1)); done
+        [ $ok -eq 1 ] || { set_torn=$((set_torn + 1)); echo "not one whole set after kill $v"; }
+    fi
+done
+echo "     ($set_in_drain of $v kills left a set's drain to resume)"
+check "$v kills: DEST was always absent or one whole set" test $set_torn -eq 0
+start || exit 1
+i=0
+while [ $i -lt 300 ] && $CTL -s "$dir/sock" ckpt list | grep -Eq '	(staged|local|replicated)	'; do sleep 0.1; i=$((i + 1)); done
+final=0; u=$set_acked
+while [ $u -le $v ] && [ $set_acked -gt 0 ]; do $W setcheck "$sd" 4 1048576 $u 2>/dev/null && { final=$u; break; }; u=$((u + 1)); done
+check "after the last restart the set is the last acknowledged or a later one (acked $set_acked, found $final)" test $final -ge $set_acked -a $set_acked -gt 0
+check "at most two generations are left (the published one and the one before)" test "$(ls -d "$sd".granary-gen-* 2>/dev/null | wc -l)" -le 2
+check "no temporary left beside the set" sh -c "! ls -A $dir/src/sets | grep -q '^\.tort\.granary'"
+stop
+
 # ---- staged checkpoints read before they are published ----
 # The drain is held back by EIO on writes below /src/held (faultinject):
 # the checkpoints stay local, and an open of their destinations, through

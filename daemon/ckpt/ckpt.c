@@ -2,7 +2,8 @@
  * ckpt.c - checkpoint staging, journal and drains (see ckpt.h).
  *
  * Files in the staging directory, per checkpoint id N:
- *   N.data   the bytes (fallocated to their size first, fsynced);
+ *   N.data   the bytes (fallocated to their size first, fsynced): for a set
+ *            ("kind set" in its journal), the container of proto/ckset.h;
  *   N.ckpt   the journal entry: its state, owner, destination, size and
  *            XXH3 (a small text file, replaced whole by rename);
  * a N.data without N.ckpt is a put that was never acknowledged (deleted at
@@ -46,9 +47,13 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckset.h"
 #include "clock.h"
+#include "fsio.h"
 #include "list.h"
 #include "log.h"
+#include "proto.h"
+#include "setpub.h"
 
 #define CKPT_SLICE      (16u << 20)     /* bytes one drain job copies */
 #define CKPT_BUF        (4u << 20)      /* copy buffer */
@@ -67,6 +72,7 @@ typedef struct ck {
     unsigned attempts;
     double retry_at;            /* gr__now_s() before which it waits */
     int draining;               /* a drainjob holds it */
+    int set;                    /* N.data is a set container (proto/ckset.h), published by setpub */
     uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published */
     char error[256];
     gr__list link;              /* k->all, by id */
@@ -99,6 +105,9 @@ typedef struct drainjob {
     uint64_t moved;             /* bytes the last slice copied */
     uint64_t slice;             /* bytes per job: an eighth of a second's bandwidth, 1-16 MiB */
     XXH3_state_t *xs;
+    int opened;                 /* this phase's target is open (drain_open) */
+    setpub *sp;                 /* a set's destination phase */
+    int already;                /* a set whose link already pointed at it (a kill after the rename) */
     int finished;               /* this phase's file is in place and journalled */
     int lost;                   /* the staged copy failed its checksum */
     int rc;
@@ -143,6 +152,7 @@ static void info_of(const ckpts *k, const ck *c, ckpt_info *i)
     i->durable = c->state == CKPT_PUBLISHED ||
                  (c->state == CKPT_REPLICATED && k->replica_dir != NULL);
     i->superseded_by = c->superseded_by;
+    i->set = c->set;
     i->error = c->error;
 }
 
@@ -213,36 +223,6 @@ static void creds_leave(creds_saved *sv)
 
 /* ---- file helpers (I/O threads) ---- */
 
-static int fsync_dir_at(int dfd)
-{
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-/* Write all of buf at off. */
-static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Read exactly n bytes at off (a short file is -EIO). */
 static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
 {
@@ -272,14 +252,14 @@ static int write_atomic(int dfd, const char *name, const char *text, size_t len)
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    rc = pwrite_all(fd, (const uint8_t *)text, len, 0);
+    rc = gr__pwrite_all(fd, (const uint8_t *)text, len, 0);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     close(fd);
     if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
         rc = -errno;
     if (rc == 0)
-        rc = fsync_dir_at(dfd);
+        rc = gr__fsync_dirat(dfd, ".");
     if (rc < 0)
         unlinkat(dfd, tmp, 0);
     return rc;
@@ -298,6 +278,8 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st)
                          (unsigned)c->cred.gid, c->size, c->hash, c->root);
     for (int i = 0; i < c->cred.ngroups && n < sizeof(text) - 32; i++)
         n += (size_t)snprintf(text + n, sizeof(text) - n, " %u", (unsigned)c->cred.groups[i]);
+    if (c->set && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nkind set");
     if (c->superseded_by && n < sizeof(text))
         n += (size_t)snprintf(text + n, sizeof(text) - n, "\nsuperseded_by %" PRIu64,
                               c->superseded_by);
@@ -458,6 +440,19 @@ static void put_run(wq_job *j)
         snprintf(p->err, sizeof(p->err), "staging file %s/%s: %s", k->dir, name, strerror(-rc));
         goto fail;
     }
+    /* A set's header, checked before a byte is copied. */
+    if (c->set) {
+        size_t n = c->size < CKPT_BUF ? (size_t)c->size : CKPT_BUF;
+        uint32_t nf;
+        if ((rc = pread_all(p->fd, buf, n, 0)) < 0 ||
+            proto_set_dec_hdr(buf, n, c->size, &nf, NULL, 0) <= PROTO_NEED_MORE) {
+            snprintf(p->err, sizeof(p->err), "%s", rc < 0 ? "reading the checkpoint set's header" :
+                     "not a checkpoint set (its header is malformed: proto/PROTOCOL.md, "
+                     "\"Checkpoint sets\")");
+            rc = rc < 0 ? rc : -EINVAL;
+            goto fail;
+        }
+    }
     /* The space, reserved before a byte is copied: a full disk says so now. */
     if (c->size && (rc = -posix_fallocate(out, 0, (off_t)c->size)) < 0) {
         snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size, k->dir,
@@ -470,7 +465,7 @@ static void put_run(wq_job *j)
             snprintf(p->err, sizeof(p->err), "reading the checkpoint: %s", strerror(-rc));
             goto fail;
         }
-        if ((rc = pwrite_all(out, buf, n, off)) < 0) {
+        if ((rc = gr__pwrite_all(out, buf, n, off)) < 0) {
             snprintf(p->err, sizeof(p->err), "writing %s/%s: %s", k->dir, name, strerror(-rc));
             goto fail;
         }
@@ -655,8 +650,8 @@ static void put_done(wq_job *j)
     free(p);
 }
 
-int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
-             void *arg, char *err, size_t errlen)
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
+             ckpt_put_cb cb, void *arg, char *err, size_t errlen)
 {
     struct stat st;
     int flags, seals;
@@ -712,6 +707,7 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt
     c->root = root;
     c->cred = *cred;
     c->size = (uint64_t)st.st_size;
+    c->set = set != 0;
     c->state = CKPT_STAGED;
     gr__list_push_back(&k->all, &c->link);
     k->reserved += c->size;
@@ -734,9 +730,39 @@ static void drain_close(drainjob *d)
         close(d->in_fd);
     if (d->out_fd >= 0)
         close(d->out_fd);
+    setpub_free(&d->sp);
     if (d->dir_fd >= 0)
         close(d->dir_fd);
     d->in_fd = d->out_fd = d->dir_fd = -1;
+    d->opened = 0;
+}
+
+/* As the peer, in the destination's directory (d->dir_fd): a set's
+ * generation begun from the header of its staged copy. */
+static int drain_open_set(drainjob *d, const char *base)
+{
+    ck *c = d->c;
+    size_t n = c->size < (2u << 20) ? (size_t)c->size : (2u << 20);
+    uint8_t *hdr = malloc(n ? n : 1);
+    uint32_t nf;
+    long h;
+    int rc;
+
+    if (!hdr)
+        return -ENOMEM;
+    rc = pread_all(d->in_fd, hdr, n, 0);
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "reading the staged set: %s", strerror(-rc));
+    } else if ((h = proto_set_dec_hdr(hdr, n, c->size, &nf, NULL, 0)) <= PROTO_NEED_MORE) {
+        snprintf(d->err, sizeof(d->err), "the staged set's header is malformed");
+        d->lost = 1;
+        rc = -EIO;
+    } else {
+        rc = setpub_begin(d->dir_fd, base, c->id, hdr, (size_t)h, c->size, &d->sp, &d->already,
+                          d->err, sizeof(d->err));
+    }
+    free(hdr);
+    return rc;
 }
 
 /* Open this phase's source and target (a fresh temporary file). */
@@ -775,7 +801,9 @@ static int drain_open(drainjob *d)
         rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
         if (rc == 0)
             d->dir_fd = rc = open_parent(k, c, &base, d->err, sizeof(d->err));
-        if (rc >= 0) {
+        if (rc >= 0 && c->set) {
+            rc = drain_open_set(d, base);
+        } else if (rc >= 0) {
             rc = 0;
             tmp_name(d->tmpname, sizeof(d->tmpname), base, c->id);
             d->out_fd = openat(d->dir_fd, d->tmpname,
@@ -792,9 +820,44 @@ static int drain_open(drainjob *d)
     }
     if (rc == 0) {
         d->off = 0;
+        d->opened = 1;
         XXH3_64bits_reset(d->xs);
     }
     return rc;
+}
+
+/* Every byte of a set is in its generation directory: checked, then (as
+ * the peer) its manifest, the link renamed over the destination, the old
+ * generations cleared; journal; N.data removed. */
+static int drain_finish_set(drainjob *d)
+{
+    ckpts *k = d->k;
+    ck *c = d->c;
+    creds_saved sv;
+    char name[64];
+    int rc;
+
+    if (!d->already && XXH3_64bits_digest(d->xs) != c->hash) {
+        snprintf(d->err, sizeof(d->err), "the staged copy of checkpoint set %" PRIu64
+                 " fails its checksum", c->id);
+        d->lost = 1;
+        return -EIO;
+    }
+    rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+    if (rc == 0 && !d->already)
+        rc = setpub_finish(d->sp, d->err, sizeof(d->err));
+    creds_leave(&sv);
+    if (rc < 0)
+        return rc;
+    rc = journal_write(k, c, CKPT_PUBLISHED);
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
+        return rc;
+    }
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+    unlinkat(k->dir_fd, name, 0);
+    d->finished = 1;
+    return 0;
 }
 
 /* The whole file is in the temporary: check, fsync, rename into place,
@@ -806,6 +869,8 @@ static int drain_finish(drainjob *d)
     char final[320];
     int rc = 0;
 
+    if (d->sp && d->phase == 1)
+        return drain_finish_set(d);
     if (XXH3_64bits_digest(d->xs) != c->hash) {
         snprintf(d->err, sizeof(d->err), "the staged copy of checkpoint %" PRIu64
                  " fails its checksum", c->id);
@@ -834,7 +899,7 @@ static int drain_finish(drainjob *d)
         creds_leave(&sv);
     }
     if (rc == 0)
-        rc = fsync_dir_at(d->dir_fd);
+        rc = gr__fsync_dirat(d->dir_fd, ".");
     if (rc < 0) {
         if (!d->err[0])
             snprintf(d->err, sizeof(d->err), "publishing %s: %s", c->dest, strerror(-rc));
@@ -860,16 +925,28 @@ static void drain_run(wq_job *j)
     ck *c = d->c;
     uint8_t *buf = NULL;
     uint64_t end;
-    int rc = 0;
+    creds_saved sv;
+    int rc = 0, set;
 
     d->rc = 0;
     d->moved = 0;
     d->err[0] = '\0';
-    if (d->out_fd < 0 && (rc = drain_open(d)) < 0)
+    if (!d->opened && (rc = drain_open(d)) < 0)
         goto out;
+    if (d->already) {
+        d->off = c->size;
+        rc = drain_finish(d);
+        goto out;
+    }
+    set = d->sp != NULL && d->phase == 1;
     buf = malloc(CKPT_BUF);
     if (!buf) {
         rc = -ENOMEM;
+        goto out;
+    }
+    /* A set's files are created in the slice that reaches them: as the peer. */
+    if (set && (rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err))) < 0) {
+        creds_leave(&sv);
         goto out;
     }
     end = c->size - d->off < d->slice ? c->size : d->off + d->slice;
@@ -877,18 +954,22 @@ static void drain_run(wq_job *j)
         size_t n = end - d->off < CKPT_BUF ? (size_t)(end - d->off) : CKPT_BUF;
         if ((rc = pread_all(d->in_fd, buf, n, d->off)) < 0) {
             snprintf(d->err, sizeof(d->err), "reading the staged copy: %s", strerror(-rc));
-            goto out;
+            break;
         }
-        if ((rc = pwrite_all(d->out_fd, buf, n, d->off)) < 0) {
+        if (set)
+            rc = setpub_write(d->sp, d->off, buf, n, d->err, sizeof(d->err));
+        else if ((rc = gr__pwrite_all(d->out_fd, buf, n, d->off)) < 0)
             snprintf(d->err, sizeof(d->err), "writing %s: %s",
                      d->phase ? c->dest : "the replica", strerror(-rc));
-            goto out;
-        }
+        if (rc < 0)
+            break;
         XXH3_64bits_update(d->xs, buf, n);
         d->off += n;
         d->moved += n;
     }
-    if (d->off == c->size)
+    if (set)
+        creds_leave(&sv);
+    if (rc == 0 && d->off == c->size)
         rc = drain_finish(d);
 out:
     free(buf);
@@ -1185,6 +1266,8 @@ static ck *journal_load(ckpts *k, const char *name)
             ;
         else if (sscanf(line, "superseded_by %" SCNu64, &c->superseded_by) == 1)
             ;
+        else if (!strcmp(line, "kind set"))
+            c->set = 1;
         else if (!strncmp(line, "groups", 6)) {
             char *p = line + 6, *e;
             while (*p && c->cred.ngroups < CKPT_MAX_GROUPS) {
@@ -1404,8 +1487,8 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
         const ck *c = gr__list_entry(pos, ck, link);
         if (c->state == CKPT_FAILED || c->state == CKPT_SUPERSEDED || strcmp(c->dest, norm) != 0)
             continue;
-        if (c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED)
-            return 0;
+        if ((c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED) || c->set)
+            return 0;               /* a set is read once published (not built: before) */
         out->id = c->id;
         out->uid = c->cred.uid;
         out->gid = c->cred.gid;

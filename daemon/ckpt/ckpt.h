@@ -8,7 +8,9 @@
  * the client (fsuid, fsgid and groups of the peer on the I/O thread) into
  * a temporary name beside it, fsynced, renamed into place, directory
  * fsynced ("published").  A reader of the DFS sees the old file or the new
- * one, never a torn one.
+ * one, never a torn one.  A set of files (a container, proto/ckset.h) is one
+ * checkpoint here too; its destination phase is setpub.h's (a generation
+ * directory and a link renamed over the destination).
  *
  * Every state change past "staged" is a journal file <id>.ckpt (written to
  * a temporary name, fsynced, renamed, directory fsynced), so a restart or
@@ -88,6 +90,7 @@ typedef struct ckpt_info {
     unsigned attempts;          /* drains that failed */
     int durable;                /* replicated (or published) */
     uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published; else 0 */
+    int set;                    /* a set of files (published as a link to a generation) */
     const char *error;          /* the last drain's failure (or what superseded it), "" if none */
 } ckpt_info;
 
@@ -107,7 +110,9 @@ typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char
 /*
  * Stage a checkpoint of fd (taken: closed by the module) for norm (a
  * lexically checked destination under root index root; taken), written
- * as cred.  cb runs on the loop when it is local or refused.  Refused at
+ * as cred; set 1: fd holds a set container (proto/ckset.h) published by
+ * setpub.h (a generation directory and a link at norm), -EINVAL through cb
+ * if its header is malformed.  cb runs on the loop when it is local or refused.  Refused at
  * once (-errno, err set, cb never runs, norm and fd still the caller's):
  * -EINVAL (not a readable regular file or memfd, a path with control
  * characters), -EBUSY (a memfd still mapped writable), -ENOSPC (staging
@@ -115,8 +120,8 @@ typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char
  * (the peer may not create the destination), -ENOENT (its directory is
  * missing), -EPERM (the daemon cannot act as the peer), -ENOSPC, -EIO.
  */
-int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
-             void *arg, char *err, size_t errlen);
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
+             ckpt_put_cb cb, void *arg, char *err, size_t errlen);
 
 /* Call fn for each checkpoint (of uid only unless uid is (uid_t)-1; of id
  * only unless id is 0), oldest first, until it returns < 0 (returned). */
