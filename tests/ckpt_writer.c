@@ -194,8 +194,12 @@ int main(int argc, char **argv)
         n = (unsigned)strtoul(argv[a + 1], NULL, 0);
         size = strtoull(argv[a + 2], NULL, 0);
         seed = strtoull(argv[a + 3], NULL, 0);
-        if (!put)
-            return set_check(argv[a], n, size, seed, buf, got);
+        if (!put) {
+            int rc = set_check(argv[a], n, size, seed, buf, got);
+            free(buf);
+            free(got);
+            return rc;
+        }
         c = gr_connect(argv[2]);
         if (!c) {
             fprintf(stderr, "ckpt_writer: %s\n", gr_strerror_last(NULL));
@@ -236,6 +240,8 @@ int main(int argc, char **argv)
         }
         gr_ckpt_set_free(&s);
         gr_disconnect(c);
+        free(buf);
+        free(got);
         return 0;
     }
     if (!strcmp(argv[1], "read")) {
