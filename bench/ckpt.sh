@@ -18,8 +18,9 @@
 # CKPT_BURST=N (2-4, say) instead puts N checkpoints of each size back to
 # back, each to its own destination, and prints the job's blocked seconds
 # (all N puts together) and the seconds from the first put until all N are
-# published; CKPT_DRAINS sets [checkpoint] drains (default 2) and CKPT_BW
-# drain_bandwidth (default 0: unlimited), to compare drains = 1 and more.
+# published; CKPT_DRAINS sets [checkpoint] drains (unset: the daemon's
+# default, 2) and CKPT_BW drain_bandwidth (default 0: unlimited), to compare
+# drains = 1 and more; GRANARYD another daemon binary (an older build).
 set -u
 dest=${1:?usage: bench/ckpt.sh DESTDIR|dfs [SIZES]}
 sizes=${2:-1073741824}
@@ -51,12 +52,12 @@ path = $nvme
 capacity = 64M
 [checkpoint]
 capacity = 32G
-drains = ${CKPT_DRAINS:-2}
+${CKPT_DRAINS:+drains = $CKPT_DRAINS}
 drain_bandwidth = ${CKPT_BW:-0}
 [metrics]
 listen =
 CONF
-build/granaryd --config "$scratch/g.conf" > "$scratch/log" 2>&1 &
+${GRANARYD:-build/granaryd} --config "$scratch/g.conf" > "$scratch/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$scratch/sock" ] && break; sleep 0.05; done
 if [ -n "${CKPT_BURST:-}" ]; then
@@ -79,7 +80,7 @@ if [ -n "${CKPT_BURST:-}" ]; then
             $W check "$dest/ckptbench-burst.$s.$i" "$s" $((10 + i)) || ok=NO
             rm -f "$dest/ckptbench-burst.$s.$i"
         done
-        printf '%-12s %6s %6s %10s %12s  byte-exact: %s\n' "$s" "$CKPT_BURST" "${CKPT_DRAINS:-2}" "$b" \
+        printf '%-12s %6s %6s %10s %12s  byte-exact: %s\n' "$s" "$CKPT_BURST" "${CKPT_DRAINS:-dflt}" "$b" \
             "$(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')" "$ok"
     done
     exit 0
