@@ -49,7 +49,7 @@ ALLCFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -MMD -MP $(CPPFLAGS) $(CFLA
 PKGLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -levent_pthreads -levent -lrocksdb -lxxhash -lcrypto -libverbs -lrdmacm)
 CHECKLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
-PROTO_SRC  := proto/proto.c
+PROTO_SRC  := proto/proto.c proto/ckset.c
 # common/: the helpers daemon, client and tools share (one copy each).
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*/*.c)
@@ -199,9 +199,9 @@ torture: all
 soak: all
 	@SOAK_SECONDS=$${SOAK_SECONDS:-300} scripts/soak.sh
 
-build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c proto/proto.c proto/proto.h proto/ckset.c proto/ckset.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_proto.c proto/proto.c
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_proto.c proto/proto.c proto/ckset.c
 
 FUZZ_CONFIG_SRC := tests/fuzz/fuzz_config.c daemon/core/config.c daemon/core/log.c common/ini.c \
                    common/htab.c common/size.c

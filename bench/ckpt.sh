@@ -14,6 +14,13 @@
 # $CKPT_NVME (default: a scratch directory under /tmp).  Prints one line per
 # size: direct seconds, Granary blocked seconds, their ratio, and the time
 # until Granary's copy was published at DESTDIR.  Never fails on timings.
+#
+# CKPT_BURST=N (2-4, say) instead puts N checkpoints of each size back to
+# back, each to its own destination, and prints the job's blocked seconds
+# (all N puts together) and the seconds from the first put until all N are
+# published; CKPT_DRAINS sets [checkpoint] drains (unset: the daemon's
+# default, 2) and CKPT_BW drain_bandwidth (default 0: unlimited), to compare
+# drains = 1 and more; GRANARYD another daemon binary (an older build).
 set -u
 dest=${1:?usage: bench/ckpt.sh DESTDIR|dfs [SIZES]}
 sizes=${2:-1073741824}
@@ -45,12 +52,39 @@ path = $nvme
 capacity = 64M
 [checkpoint]
 capacity = 32G
+${CKPT_DRAINS:+drains = $CKPT_DRAINS}
+drain_bandwidth = ${CKPT_BW:-0}
 [metrics]
 listen =
 CONF
-build/granaryd --config "$scratch/g.conf" > "$scratch/log" 2>&1 &
+${GRANARYD:-build/granaryd} --config "$scratch/g.conf" > "$scratch/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$scratch/sock" ] && break; sleep 0.05; done
+if [ -n "${CKPT_BURST:-}" ]; then
+    printf '%-12s %6s %6s %10s %12s\n' bytes burst drains blocked_s published_s
+    for s in $sizes; do
+        sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
+        t0=$(date +%s.%N); b=0; i=0
+        while [ $i -lt "$CKPT_BURST" ]; do
+            i=$((i + 1))
+            g=$($W put "$scratch/sock" "$dest/ckptbench-burst.$s.$i" "$s" $((10 + i)) | sed -n 's/^blocked_s //p')
+            b=$(echo "$b $g" | awk '{printf "%.3f", $1 + $2}')
+        done
+        while build/granaryctl -s "$scratch/sock" ckpt list | grep -Eq '	(staged|local|replicated)	'; do
+            sleep 0.05
+        done
+        t1=$(date +%s.%N)
+        ok=yes; i=0
+        while [ $i -lt "$CKPT_BURST" ]; do
+            i=$((i + 1))
+            $W check "$dest/ckptbench-burst.$s.$i" "$s" $((10 + i)) || ok=NO
+            rm -f "$dest/ckptbench-burst.$s.$i"
+        done
+        printf '%-12s %6s %6s %10s %12s  byte-exact: %s\n' "$s" "$CKPT_BURST" "${CKPT_DRAINS:-dflt}" "$b" \
+            "$(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')" "$ok"
+    done
+    exit 0
+fi
 printf '%-12s %10s %10s %8s %12s\n' bytes direct_s granary_s ratio published_s
 for s in $sizes; do
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckset.h"
 #include "granary.h"
 #include "granary_int.h"
 #include "proto.h"
@@ -85,6 +86,7 @@ int gr_ckpt_fd(gr_ckpt *k)
 
 typedef struct put_arg {
     const char *dest;
+    int set;                    /* the fd holds a set container */
     uint64_t id;
 } put_arg;
 
@@ -96,6 +98,8 @@ static long put_enc(void *arg, uint8_t *buf, size_t cap, uint32_t id)
 
     rc = proto_rec_str(buf + PROTO_HDR_LEN, cap - PROTO_HDR_LEN, &off, "dest", a->dest,
                        strlen(a->dest));
+    if (rc == 0 && a->set)
+        rc = proto_rec_u64(buf + PROTO_HDR_LEN, cap - PROTO_HDR_LEN, &off, "set", 1);
     if (rc < 0)
         return rc;
     return proto_enc_ckpt_put(buf, cap, id, buf + PROTO_HDR_LEN, off);
@@ -113,9 +117,9 @@ static int put_dec(void *arg, const proto_msg *m)
     return a->id ? 0 : -EPROTO;
 }
 
-static int put(gr_client *c, int fd, const char *dest, uint64_t *id)
+static int put(gr_client *c, int fd, const char *dest, int set, uint64_t *id)
 {
-    put_arg a = { dest, 0 };
+    put_arg a = { dest, set, 0 };
 
     if (gr__call_fd(c, PROTO_OP_CKPT_PUT, fd, put_enc, put_dec, &a) < 0)
         return -1;
@@ -129,7 +133,7 @@ int gr_ckpt_commit(gr_ckpt *k)
         errno = EBADF;
         return -1;
     }
-    if (put(k->c, k->fd, k->dest, &k->id) < 0)
+    if (put(k->c, k->fd, k->dest, 0, &k->id) < 0)
         return -1;
     close(k->fd);
     k->fd = -1;
@@ -151,7 +155,7 @@ gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest)
     k->c = c;
     k->fd = -1;
     memcpy(k->dest, dest, len + 1);
-    if (put(c, fd, dest, &k->id) < 0) {
+    if (put(c, fd, dest, 0, &k->id) < 0) {
         int e = errno;
         free(k);
         errno = e;
@@ -177,11 +181,17 @@ void gr_ckpt_free(gr_ckpt **kp)
     *kp = NULL;
 }
 
+const char *gr_ckpt_state_name(int state)
+{
+    static const char *const n[] = { "staged", "local", "replicated", "published", "failed",
+                                     "superseded" };
+    return state >= 0 && (size_t)state < sizeof(n) / sizeof(n[0]) ? n[state] : "?";
+}
+
 static int state_of(const char *s)
 {
-    static const char *const n[] = { "staged", "local", "replicated", "published", "failed" };
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, n[i]))
+    for (int i = GR_CKPT_STAGED; i <= GR_CKPT_SUPERSEDED; i++)
+        if (!strcmp(s, gr_ckpt_state_name(i)))
             return i;
     return GR_CKPT_STAGED;
 }
@@ -255,6 +265,10 @@ int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms)
             errno = EIO;
             return -1;
         }
+        if (info.state == GR_CKPT_SUPERSEDED) {
+            errno = ESTALE;
+            return -1;
+        }
         if (info.state >= state)
             return 0;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -270,4 +284,233 @@ int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms)
         if (sleep_ms < 100)
             sleep_ms *= 2;
     }
+}
+
+/* ---- sets ---- */
+
+struct gr_ckpt_set {
+    gr_client *c;
+    int data;                   /* memfd: the files' bytes, back to back; -1 after commit */
+    uint64_t len;               /* bytes in data */
+    size_t n, cap;
+    char **names;
+    uint64_t *sizes;
+    uint64_t id;
+    char dest[PROTO_MAX_PATH + 1];
+};
+
+gr_ckpt_set *gr_ckpt_set_create(gr_client *c, const char *dest)
+{
+    size_t len = dest ? strlen(dest) : 0;
+    gr_ckpt_set *s;
+
+    if (!c || len == 0 || dest[0] != '/' || len > PROTO_MAX_PATH) {
+        errno = len > PROTO_MAX_PATH ? ENAMETOOLONG : EINVAL;
+        return NULL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->c = c;
+    memcpy(s->dest, dest, len + 1);
+    s->data = memfd_create("granary-checkpoint-set", MFD_CLOEXEC);
+    if (s->data < 0) {
+        int e = errno;
+        free(s);
+        errno = e;
+        return NULL;
+    }
+    return s;
+}
+
+/* A new file entry (its bytes appended by the caller): 0 or -1 with errno. */
+static int set_entry(gr_ckpt_set *s, const char *name)
+{
+    if (!s || s->data < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (!name || proto_set_name_ok(name, strlen(name)) < 0 || s->n >= PROTO_SET_MAX_FILES) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name)) {
+            errno = EEXIST;
+            return -1;
+        }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        char **nn = realloc(s->names, cap * sizeof(*nn));
+        uint64_t *ns;
+        if (!nn)
+            return -1;
+        s->names = nn;
+        ns = realloc(s->sizes, cap * sizeof(*ns));
+        if (!ns)
+            return -1;
+        s->sizes = ns;
+        s->cap = cap;
+    }
+    if (!(s->names[s->n] = strdup(name)))
+        return -1;
+    s->sizes[s->n] = 0;
+    return 0;
+}
+
+static int write_at(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+
+    while (len) {
+        ssize_t w = pwrite(fd, p, len, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+int gr_ckpt_set_add(gr_ckpt_set *s, const char *name, const void *buf, size_t len)
+{
+    if (set_entry(s, name) < 0)
+        return -1;
+    if (write_at(s->data, buf, len, s->len) < 0) {
+        free(s->names[s->n]);
+        return -1;
+    }
+    s->sizes[s->n++] = len;
+    s->len += len;
+    return 0;
+}
+
+int gr_ckpt_set_add_fd(gr_ckpt_set *s, const char *name, int fd)
+{
+    char *buf;
+    uint64_t got = 0;
+    off_t pos = 0;
+
+    if (set_entry(s, name) < 0)
+        return -1;
+    buf = malloc(1u << 20);
+    if (!buf) {
+        free(s->names[s->n]);
+        return -1;
+    }
+    for (;;) {
+        ssize_t r = pread(fd, buf, 1u << 20, pos);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || (r > 0 && write_at(s->data, buf, (size_t)r, s->len + got) < 0)) {
+            int e = errno;
+            free(buf);
+            free(s->names[s->n]);
+            errno = e;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (uint64_t)r;
+        pos += r;
+    }
+    free(buf);
+    s->sizes[s->n++] = got;
+    s->len += got;
+    return 0;
+}
+
+int gr_ckpt_set_commit(gr_ckpt_set *s)
+{
+    size_t *lens = NULL, hl;
+    uint8_t *hdr = NULL, *buf = NULL;
+    int out = -1, rc = -1, e = 0;
+    long h;
+
+    if (!s || s->data < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (s->n == 0) {
+        errno = EINVAL;             /* a set of no files */
+        return -1;
+    }
+    lens = malloc(s->n * sizeof(*lens));
+    if (!lens)
+        return -1;
+    for (size_t i = 0; i < s->n; i++)
+        lens[i] = strlen(s->names[i]);
+    hl = proto_set_hdr_len(s->n, lens);
+    hdr = malloc(hl);
+    buf = malloc(4u << 20);
+    out = memfd_create("granary-checkpoint-set", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (!hdr || !buf || out < 0)
+        goto done;
+    h = proto_set_enc_hdr(hdr, hl, s->n, (const char *const *)s->names, s->sizes);
+    if (h != (long)hl) {
+        errno = EINVAL;
+        goto done;
+    }
+    if (write_at(out, hdr, hl, 0) < 0)
+        goto done;
+    /* The files' bytes after the header, each range of data freed once
+     * copied, so that the set is held about once, not twice. */
+    for (uint64_t off = 0; off < s->len;) {
+        size_t n = s->len - off < (4u << 20) ? (size_t)(s->len - off) : (4u << 20);
+        ssize_t r = pread(s->data, buf, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            goto done;
+        }
+        if (write_at(out, buf, (size_t)r, hl + off) < 0)
+            goto done;
+        fallocate(s->data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, r);
+        off += (uint64_t)r;
+    }
+    if (put(s->c, out, s->dest, 1, &s->id) < 0)
+        goto done;
+    close(s->data);
+    s->data = -1;
+    rc = 0;
+done:
+    e = errno;
+    if (rc < 0 && s->data >= 0 && s->len) {
+        close(s->data);             /* its bytes are (partly) given away: spent */
+        s->data = -1;
+    }
+    if (out >= 0)
+        close(out);
+    free(lens);
+    free(hdr);
+    free(buf);
+    errno = e;
+    return rc;
+}
+
+uint64_t gr_ckpt_set_id(const gr_ckpt_set *s)
+{
+    return s ? s->id : 0;
+}
+
+void gr_ckpt_set_free(gr_ckpt_set **sp)
+{
+    gr_ckpt_set *s = sp ? *sp : NULL;
+
+    if (!s)
+        return;
+    if (s->data >= 0)
+        close(s->data);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->names[i]);
+    free(s->names);
+    free(s->sizes);
+    free(s);
+    *sp = NULL;
 }

@@ -442,6 +442,8 @@ int gr_gpu_info(gr_client *c, char *buf, size_t len);
 #define GR_CKPT_REPLICATED 2   /* and in the second failure domain (replica_dir) */
 #define GR_CKPT_PUBLISHED  3   /* at its destination */
 #define GR_CKPT_FAILED     4   /* lost (the staged copy failed its checksum) */
+#define GR_CKPT_SUPERSEDED 5   /* dropped unpublished: a newer checkpoint for the same
+                                * destination was published first (error says which) */
 
 typedef struct gr_ckpt gr_ckpt;
 
@@ -492,8 +494,48 @@ void gr_ckpt_free(gr_ckpt **k);
 int gr_ckpt_status(gr_client *c, uint64_t id, gr_ckpt_info *out);
 /* Wait until checkpoint id reaches state (GR_CKPT_LOCAL ... PUBLISHED) or
  * timeout_ms passes (< 0: forever).  0, or -1 with errno: ETIMEDOUT, EIO
- * (it failed), or gr_ckpt_status's.  Polls every 10 to 100 ms. */
+ * (it failed), ESTALE (superseded: a newer checkpoint for its destination
+ * was published instead, so this one never will be), or gr_ckpt_status's.
+ * Polls every 10 to 100 ms. */
 int gr_ckpt_wait(gr_client *c, uint64_t id, int state, int timeout_ms);
+/* The name of a GR_CKPT_* state ("staged", ... "superseded"), "?" for
+ * others: a static string. */
+const char *gr_ckpt_state_name(int state);
+
+/*
+ * Checkpoint sets: several files (the shards of one step) published
+ * together, so that a reader sees the old set or the new one, never a mix.
+ * The daemon stages them as one checkpoint and publishes them into a new
+ * directory DEST.granary-gen-ID beside dest (every file fsynced, then a
+ * checksummed MANIFEST), then makes dest a symbolic link to it by renaming
+ * a new link over it; the previous generation is kept until the next
+ * publish.  A reader resolves dest once (opens the directory, then the
+ * files under that fd, or realpath) to see one whole set.  dest must be
+ * absent, a file, or a link (a set published before); a directory is
+ * refused (EISDIR).  State, wait and status as for one file, by
+ * gr_ckpt_set_id.  Sets are not readable through the daemon before they
+ * are published.
+ */
+typedef struct gr_ckpt_set gr_ckpt_set;
+/* A new, empty set for dest (nothing is sent yet): NULL with errno
+ * (EINVAL, ENAMETOOLONG, ENOMEM, EMFILE). */
+gr_ckpt_set *gr_ckpt_set_create(gr_client *c, const char *dest);
+/* Add a file name (1-255 bytes, no '/', no control characters, not "." or
+ * "..", not "MANIFEST") with the len bytes at buf, copied now (memory
+ * speed, into a memfd of the set's).  0, or -1 with errno: EINVAL (the
+ * name), EEXIST (a name already added), EBADF (after commit), ENOMEM. */
+int gr_ckpt_set_add(gr_ckpt_set *s, const char *name, const void *buf, size_t len);
+/* The same with the bytes of fd (borrowed), from offset 0 to its end. */
+int gr_ckpt_set_add_fd(gr_ckpt_set *s, const char *name, int fd);
+/* Hand the set to the daemon: returns once it is local, as gr_ckpt_commit
+ * (and with its errors; EINVAL for a set of no files).  The set's memory
+ * is released as it is sent, so after a failure it cannot be committed
+ * again (EBADF): build it anew. */
+int gr_ckpt_set_commit(gr_ckpt_set *s);
+/* The daemon's id of a committed set (0 before). */
+uint64_t gr_ckpt_set_id(const gr_ckpt_set *s);
+/* Free s, committed or not.  NULL-safe. */
+void gr_ckpt_set_free(gr_ckpt_set **s);
 
 #define GR_ADMIN_CKPT_LIST 15      /* "id" (optional) -> per checkpoint "id", "dest", "state", ... */
 #define GR_ADMIN_PEERS 16          /* none -> per peer-cache member "name", "state", "transport", ... */

@@ -64,6 +64,9 @@ static void usage(FILE *out)
             "  put SRC DEST [--wait] [--timeout S]\n"
             "                     stage SRC as a checkpoint for DEST (returns once it is on the\n"
             "                     node's NVMe; --wait: once DEST is published)\n"
+            "  put --set DEST SRC... [--wait] [--timeout S]\n"
+            "                     files (or a directory's files) as one set, published together:\n"
+            "                     DEST becomes a link to DEST.granary-gen-ID/\n"
             "  ckpt list          checkpoints and their states;  ckpt status ID  one of them\n"
             "  peers [--json]     the peer cache's members: state, transport, hits, latency\n"
             "options:\n"
@@ -1460,19 +1463,70 @@ static int abs_dest(const char *d, char *out, size_t len)
     return 0;
 }
 
-static const char *const ckpt_states[] = { "staged", "local", "replicated", "published", "failed" };
-
 static void print_ckpt(const gr_ckpt_info *i)
 {
     printf("%" PRIu64 "\t%s\t%s\t%" PRIu64 "\t%u\t%s%s%s\n", i->id,
-           i->state >= 0 && i->state <= 4 ? ckpt_states[i->state] : "?",
+           gr_ckpt_state_name(i->state),
            i->durable ? "durable" : "not-durable", i->size, i->attempts, i->dest,
            i->error[0] ? "\terror: " : "", i->error);
+}
+
+/* Add SRC to the set: a regular file by its base name, or a directory's
+ * regular files (not below).  0, or an exit code (said on stderr). */
+static int set_add_path(gr_ckpt_set *s, const char *src)
+{
+    struct stat st;
+    int fd = open(src, O_RDONLY | O_CLOEXEC), rc = 0;
+
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        fprintf(stderr, "granaryctl: put --set: %s: %s\n", src, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return EXIT_FAIL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *dp = fdopendir(fd);
+        struct dirent *de;
+        if (!dp) {
+            close(fd);
+            return EXIT_FAIL;
+        }
+        while (rc == 0 && (de = readdir(dp))) {
+            int f;
+            if (de->d_name[0] == '.' && (!de->d_name[1] || !strcmp(de->d_name, "..")))
+                continue;
+            f = openat(dirfd(dp), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (f < 0 || fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
+                if (f >= 0)
+                    close(f);
+                continue;           /* not a regular file: not part of the set */
+            }
+            if (gr_ckpt_set_add_fd(s, de->d_name, f) < 0) {
+                fprintf(stderr, "granaryctl: put --set: %s/%s: %s\n", src, de->d_name,
+                        strerror(errno));
+                rc = EXIT_FAIL;
+            }
+            close(f);
+        }
+        closedir(dp);
+        return rc;
+    }
+    {
+        const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+        if (gr_ckpt_set_add_fd(s, base, fd) < 0) {
+            fprintf(stderr, "granaryctl: put --set: %s: %s\n", src,
+                    errno == EEXIST ? "a file of that name is in the set already" : strerror(errno));
+            rc = EXIT_FAIL;
+        }
+    }
+    close(fd);
+    return rc;
 }
 
 static int cmd_put(int argc, char **argv)
 {
     int wait = 0, fd, rc = 0;
+    uint64_t id;
     long timeout_ms = -1;
     char dest[PATH_MAX];
     const char *src = NULL, *dst = NULL;
@@ -1480,9 +1534,21 @@ static int cmd_put(int argc, char **argv)
     gr_client *c;
     gr_ckpt_info info;
 
+    int set = 0, nsrc = 0;
+    const char *srcs[256];
+
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--wait")) {
             wait = 1;
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc && !set) {
+            set = 1;
+            dst = argv[++i];
+        } else if (set && argv[i][0] != '-') {
+            if (nsrc == (int)(sizeof(srcs) / sizeof(srcs[0]))) {
+                fprintf(stderr, "granaryctl: put --set: at most 256 sources (name a directory)\n");
+                return EXIT_USAGE;
+            }
+            srcs[nsrc++] = argv[i];
         } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
             char *end;
             double v = strtod(argv[++i], &end);
@@ -1492,7 +1558,8 @@ static int cmd_put(int argc, char **argv)
             }
             timeout_ms = (long)(v * 1000);
         } else if (!strcmp(argv[i], "--help")) {
-            printf("usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n");
+            printf("usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n"
+                   "       granaryctl put --set DEST SRC... [--wait] [--timeout SECONDS]\n");
             return 0;
         } else if (!src) {
             src = argv[i];
@@ -1503,33 +1570,61 @@ static int cmd_put(int argc, char **argv)
             break;
         }
     }
-    if (!src || !dst) {
-        fprintf(stderr, "usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n");
+    if ((set && (!dst || nsrc == 0 || src)) || (!set && (!src || !dst))) {
+        fprintf(stderr, "usage: granaryctl put SRC DEST [--wait] [--timeout SECONDS]\n"
+                "       granaryctl put --set DEST SRC... [--wait] [--timeout SECONDS]\n");
         return EXIT_USAGE;
     }
     if ((rc = abs_dest(dst, dest, sizeof(dest))) < 0) {
         fprintf(stderr, "granaryctl: put: %s: %s\n", dst, strerror(-rc));
         return EXIT_FAIL;
     }
-    fd = open(src, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "granaryctl: put: %s: %s\n", src, strerror(errno));
-        return EXIT_FAIL;
-    }
-    c = connect_or_die();
-    k = gr_ckpt_put_fd(c, fd, dest);
-    close(fd);
-    if (!k) {
-        int e = errno;
-        fprintf(stderr, "granaryctl: put %s: %s\n", dest, gr_strerror_last(c));
-        gr_disconnect(c);
-        return e == EPERM || e == EACCES ? EXIT_DENIED : EXIT_FAIL;
-    }
-    printf("checkpoint %" PRIu64 ": local (on the node's NVMe) for %s\n", gr_ckpt_id(k), dest);
-    if (wait) {
-        if (gr_ckpt_wait(c, gr_ckpt_id(k), GR_CKPT_PUBLISHED, (int)timeout_ms) < 0) {
+    if (set) {
+        gr_ckpt_set *s;
+        c = connect_or_die();
+        s = gr_ckpt_set_create(c, dest);
+        if (!s) {
+            fprintf(stderr, "granaryctl: put --set %s: %s\n", dest, strerror(errno));
+            gr_disconnect(c);
+            return EXIT_FAIL;
+        }
+        for (int i = 0; i < nsrc && rc == 0; i++)
+            rc = set_add_path(s, srcs[i]);
+        if (rc == 0 && gr_ckpt_set_commit(s) < 0) {
             int e = errno;
-            if (gr_ckpt_status(c, gr_ckpt_id(k), &info) == 0 && info.error[0])
+            fprintf(stderr, "granaryctl: put --set %s: %s\n", dest, gr_strerror_last(c));
+            rc = e == EPERM || e == EACCES ? EXIT_DENIED : EXIT_FAIL;
+        }
+        id = gr_ckpt_set_id(s);
+        gr_ckpt_set_free(&s);
+        if (rc) {
+            gr_disconnect(c);
+            return rc;
+        }
+    } else {
+        fd = open(src, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            fprintf(stderr, "granaryctl: put: %s: %s\n", src, strerror(errno));
+            return EXIT_FAIL;
+        }
+        c = connect_or_die();
+        k = gr_ckpt_put_fd(c, fd, dest);
+        close(fd);
+        if (!k) {
+            int e = errno;
+            fprintf(stderr, "granaryctl: put %s: %s\n", dest, gr_strerror_last(c));
+            gr_disconnect(c);
+            return e == EPERM || e == EACCES ? EXIT_DENIED : EXIT_FAIL;
+        }
+        id = gr_ckpt_id(k);
+        gr_ckpt_free(&k);
+    }
+    printf("checkpoint %" PRIu64 ": local (on the node's NVMe) for %s%s\n", id, dest,
+           set ? " (a set)" : "");
+    if (wait) {
+        if (gr_ckpt_wait(c, id, GR_CKPT_PUBLISHED, (int)timeout_ms) < 0) {
+            int e = errno;
+            if (gr_ckpt_status(c, id, &info) == 0 && info.error[0])
                 fprintf(stderr, "granaryctl: put %s: not published yet (%s): %s\n", dest,
                         strerror(e), info.error);
             else
@@ -1537,10 +1632,9 @@ static int cmd_put(int argc, char **argv)
                         e == ETIMEDOUT ? "not published before the timeout" : gr_strerror_last(c));
             rc = EXIT_FAIL;
         } else {
-            printf("checkpoint %" PRIu64 ": published %s\n", gr_ckpt_id(k), dest);
+            printf("checkpoint %" PRIu64 ": published %s\n", id, dest);
         }
     }
-    gr_ckpt_free(&k);
     gr_disconnect(c);
     return rc;
 }
@@ -1597,8 +1691,8 @@ static int cmd_ckpt(int argc, char **argv)
                 continue;
             }
             if (!strcmp(f[i].name, "state") && f[i].is_text) {
-                for (int s = 0; s < 5; s++)
-                    if (!strcmp(f[i].text, ckpt_states[s]))
+                for (int s = GR_CKPT_STAGED; s <= GR_CKPT_SUPERSEDED; s++)
+                    if (!strcmp(f[i].text, gr_ckpt_state_name(s)))
                         info.state = s;
             } else if (!strcmp(f[i].name, "dest") && f[i].is_text) {
                 snprintf(info.dest, sizeof(info.dest), "%s", f[i].text);

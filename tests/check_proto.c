@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckset.h"
+#include "le.h"
 #include "proto.h"
 
 /* ck_assert_* records a mark point (a write to Check's channel) on every
@@ -1621,7 +1623,7 @@ START_TEST(test_ckpt_put)
     ck_assert_uint_eq(PROTO_ADMIN_PEERS, 16);
     b[PROTO_HDR_LEN] = 16;
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), 0);
-    b[PROTO_HDR_LEN] = 17;
+    b[PROTO_HDR_LEN] = PROTO_ADMIN_MAX_;
     ck_assert_int_eq(dec(b, (size_t)n, &m, &used), -EPROTO);
 }
 END_TEST
@@ -1707,6 +1709,84 @@ START_TEST(test_report)
 }
 END_TEST
 
+
+/* The checkpoint set container's header: round trip, every prefix "need
+ * more", hostile counts and lengths, bad names. */
+START_TEST(test_ckpt_set_header)
+{
+    const char *names[] = { "shard0", "b", "model.pt" };
+    uint64_t sizes[] = { 10, 0, 7 };
+    size_t lens[] = { 6, 1, 8 };
+    uint8_t b[512];
+    proto_set_file f[3];
+    uint32_t n = 0;
+    long h, r;
+
+    h = proto_set_enc_hdr(b, sizeof(b), 3, names, sizes);
+    ck_assert_int_eq(h, (long)proto_set_hdr_len(3, lens));
+    r = proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3);
+    ck_assert_int_eq(r, h);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(f[0].off, (uint64_t)h);
+    ck_assert_uint_eq(f[2].off, (uint64_t)h + 10);
+    ck_assert_uint_eq(f[2].size, 7);
+    ck_assert(f[2].name_len == 8 && !memcmp(f[2].name, "model.pt", 8));
+    /* max 0: the count only */
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, NULL, 0), h);
+    for (long cut = 0; cut < h; cut++)
+        ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)cut, (uint64_t)h + 17, &n, f, 3),
+                         PROTO_NEED_MORE);
+    /* totals that do not match the sizes */
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 16, &n, f, 3), -EINVAL);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 18, &n, f, 3), -EINVAL);
+    ck_assert_int_eq(proto_set_dec_hdr(b, 4, 4, &n, f, 3), -EINVAL);
+    /* a size that would wrap the sum */
+    gr__le_put64(b + 16, UINT64_MAX - 3);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), -EINVAL);
+    gr__le_put64(b + 16, 10);
+    /* counts: 0, past the maximum, more than the bytes can hold */
+    gr__le_put32(b + 8, 0);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), -EINVAL);
+    gr__le_put32(b + 8, PROTO_SET_MAX_FILES + 1);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), -EINVAL);
+    gr__le_put32(b + 8, 4);     /* a fourth entry: in bytes not read yet, or past the end */
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), PROTO_NEED_MORE);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 5, &n, f, 3), -EINVAL);
+    gr__le_put32(b + 8, 3);
+    /* a name length past the end, then the reserved word */
+    gr__le_put16(b + 16 + 8, 400);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), -EINVAL);
+    gr__le_put16(b + 16 + 8, 6);
+    gr__le_put32(b + 12, 1);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), -EINVAL);
+    gr__le_put32(b + 12, 0);
+    ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h + 17, &n, f, 3), h);
+    /* names */
+    ck_assert_int_eq(proto_set_name_ok("a", 1), 0);
+    ck_assert_int_eq(proto_set_name_ok("", 0), -EINVAL);
+    ck_assert_int_eq(proto_set_name_ok(".", 1), -EINVAL);
+    ck_assert_int_eq(proto_set_name_ok("..", 2), -EINVAL);
+    ck_assert_int_eq(proto_set_name_ok("...", 3), 0);
+    ck_assert_int_eq(proto_set_name_ok("a/b", 3), -EINVAL);
+    ck_assert_int_eq(proto_set_name_ok("a\tb", 3), -EINVAL);
+    ck_assert_int_eq(proto_set_name_ok("MANIFEST", 8), -EINVAL);
+    {
+        const char *dup[] = { "x", "x" };
+        uint64_t z[] = { 0, 0 };
+        ck_assert_int_eq(proto_set_enc_hdr(b, sizeof(b), 2, dup, z), -EINVAL);
+        ck_assert_int_eq(proto_set_enc_hdr(b, sizeof(b), 0, dup, z), -EINVAL);
+        ck_assert_int_eq(proto_set_enc_hdr(b, 20, 1, dup, z), -ENOSPC);
+    }
+    /* a repeated name on the wire */
+    {
+        const char *two[] = { "x", "y" };
+        uint64_t z[] = { 0, 0 };
+        h = proto_set_enc_hdr(b, sizeof(b), 2, two, z);
+        b[16 + 10 + 1 + 10] = 'x';
+        ck_assert_int_eq(proto_set_dec_hdr(b, (size_t)h, (uint64_t)h, &n, f, 2), -EINVAL);
+    }
+}
+END_TEST
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1749,6 +1829,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_admin);
     tcase_add_test(tc, test_report);
     tcase_add_test(tc, test_ckpt_put);
+    tcase_add_test(tc, test_ckpt_set_header);
     suite_add_tcase(s, tc);
     return s;
 }

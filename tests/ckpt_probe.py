@@ -79,6 +79,35 @@ expect("CKPT_PUT with a newline in the path",
 expect("CKPT_LIST of id 0", call(s, OP_ADMIN, b"\x0f" + rec_u64("id", 0)), errno.EINVAL)
 expect("CKPT_LIST of an unknown id", call(s, OP_ADMIN, b"\x0f" + rec_u64("id", 999999)), errno.ENOENT)
 expect("CKPT_LIST with an unknown field", call(s, OP_ADMIN, b"\x0f" + rec_u64("bogus", 1)), errno.EINVAL)
+# Checkpoint sets ("set" 1): the container's header (PROTOCOL.md, "Checkpoint sets").
+def container(files, magic=b"GRSET001", nfiles=None, reserved=0, extra=b""):
+    hdr = magic + struct.pack("<II", len(files) if nfiles is None else nfiles, reserved)
+    for name, data in files:
+        n = name.encode() if isinstance(name, str) else name
+        hdr += struct.pack("<QH", len(data), len(n)) + n
+    fd = os.memfd_create("probe-set", os.MFD_ALLOW_SEALING)
+    os.write(fd, hdr + b"".join(d for _, d in files) + extra)
+    return fd
+
+
+sdest = rec_str("dest", root + "/probe.set") + rec_u64("set", 1)
+for what, fd in [("bad magic", container([("a", b"1")], magic=b"GRSET002")),
+                 ("no files", container([], nfiles=0)),
+                 ("a reserved word not 0", container([("a", b"1")], reserved=1)),
+                 ("sizes that do not add up (a byte more)", container([("a", b"1")], extra=b"!")),
+                 ("a header past the end", container([("a", b"1")], nfiles=2)),
+                 ("a name with a slash", container([("a/b", b"1")])),
+                 ("a name \"..\"", container([("..", b"1")])),
+                 ("the name MANIFEST", container([("MANIFEST", b"1")])),
+                 ("an empty name", container([("", b"1")])),
+                 ("a name with a newline", container([("a\nb", b"1")])),
+                 ("a name twice", container([("a", b"1"), ("a", b"2")])),
+                 ("an empty memfd", container([], nfiles=0, magic=b""))]:
+    expect("CKPT_PUT set: %s" % what, call(s, OP_CKPT_PUT, sdest, [fd]), errno.EINVAL)
+expect("CKPT_PUT with \"set\" 2", call(s, OP_CKPT_PUT, rec_str("dest", root + "/probe.set") +
+       rec_u64("set", 2), [container([("a", b"1")])]), errno.EINVAL)
+expect("CKPT_PUT with \"set\" twice", call(s, OP_CKPT_PUT, sdest + rec_u64("set", 1),
+       [container([("a", b"1")])]), errno.EINVAL)
 expect("ADMIN 254 (no such command)", call(s, OP_ADMIN, b"\xfe"), errno.EPROTO)
 st, body = call(s, 5, b"")   # STATS: still serving
 if st == 0:

@@ -124,6 +124,161 @@ check "the retry publishes once writes work" wait_state "$id" published 30
 check "the retried checkpoint is byte-exact (EIO)" $W check "$dir/src/eio/y" 2097152 22
 stop
 
+# ---- one destination, two checkpoints: never older bytes over newer ----
+# The older checkpoint's drain fails (EIO on its own temporary only), the
+# newer one publishes; once writes work again the older must not be renamed
+# over it: it is superseded (its staged copy freed), also after a restart.
+conf ""
+: > "$dir/faults"
+start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
+mkdir -p "$dir/src/ord"
+echo "weio /src/ord/" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+$W put "$dir/sock" "$dir/src/ord/m.ckpt" 2097152 41 wait > "$dir/wa.out" 2> "$dir/wa.err" &
+wapid=$!
+i=0; while [ $i -lt 100 ] && ! grep -q '^acked' "$dir/wa.out"; do sleep 0.1; i=$((i + 1)); done
+ida=$(sed -n 's/^acked //p' "$dir/wa.out")
+i=0; while [ $i -lt 100 ] && ! $CTL -s "$dir/sock" ckpt status "$ida" | grep -q error; do sleep 0.1; i=$((i + 1)); done
+echo "weio granary-$ida.tmp" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+idb=$($W put "$dir/sock" "$dir/src/ord/m.ckpt" 1048576 42 | sed -n 's/^acked //p')
+check "the newer checkpoint publishes while the older one fails" wait_state "$idb" published 20
+: > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+i=0; while [ $i -lt 100 ] && [ "$(state_of "$ida")" = local ]; do sleep 0.1; i=$((i + 1)); done
+check "the older one is superseded, not published (it was $(state_of "$ida"))" test "$(state_of "$ida")" = superseded
+check "the destination holds the newer bytes" $W check "$dir/src/ord/m.ckpt" 1048576 42
+check "ckpt list shows the older one superseded by the newer" sh -c "$CTL -s $dir/sock ckpt list | grep '^$ida	' | grep -q 'superseded.*by checkpoint $idb'"
+check "the superseded checkpoint's staged copy is freed" test ! -e "$dir/nvme/checkpoints/$ida.data"
+check "no temporary of it is left beside the destination" sh -c "! ls -A $dir/src/ord | grep -q granary"
+wait $wapid; rc=$?
+check "gr_ckpt_wait(PUBLISHED) of the superseded one fails with ESTALE" sh -c "[ $rc -ne 0 ] && grep -q 'Stale' $dir/wa.err"
+stop
+start || exit 1
+check "after a restart it is still superseded" test "$(state_of "$ida")" = superseded
+stop
+# A kill between the publish and the supersession's journal: the older
+# entry still says local, with its staged copy; the load supersedes it.
+j="$dir/nvme/checkpoints/$ida.ckpt"
+sed -e 's/^state superseded$/state local/' -e '/^superseded_by /d' "$j" > "$j.new" && mv "$j.new" "$j"
+$W direct "$dir/nvme/checkpoints/$ida.data" 2097152 41 > /dev/null
+start || exit 1
+check "a journal with an unpublished entry older than a published one: superseded at load" test "$(state_of "$ida")" = superseded
+sleep 1.5
+check "... never drained over the newer bytes" $W check "$dir/src/ord/m.ckpt" 1048576 42
+check "... and its staged copy removed" test ! -e "$dir/nvme/checkpoints/$ida.data"
+stop
+
+# ---- concurrent drains ----
+# drains = 2 under a 2 MiB/s drain_bandwidth: four 2 MiB checkpoints, two
+# of them for one destination.  A watcher (granary.ckpt.status, every 50 ms)
+# sees at most two in progress at once, two at some point, never both of
+# the same destination; all four take about 8 MiB / 2 MiB/s together; the
+# shared destination ends with the newer bytes.
+conf "drain_bandwidth = 2M
+drains = 2"
+start || exit 1
+mkdir -p "$dir/src/conc"
+t0=$(date +%s.%N)
+ids=""
+for n in 1 2 3; do
+    ids="$ids $($W put "$dir/sock" "$dir/src/conc/d$n" 2097152 $((50 + n)) | sed -n 's/^acked //p')"
+done
+ids="$ids $($W put "$dir/sock" "$dir/src/conc/d1" 2097152 54 | sed -n 's/^acked //p')"
+cat > "$dir/watch.py" <<'PY'
+import sys, time
+import granary.ckpt as gc
+ids = [int(x) for x in sys.argv[1:]]
+most, same, t_end = 0, 0, time.time() + 30
+while time.time() < t_end:
+    st = [gc.status(i) for i in ids]
+    busy = [s for s in st if s["state"] in ("local", "replicated") and s["drained"] > 0]
+    most = max(most, len(busy))
+    dests = [s["dest"] for s in busy]
+    same = max(same, len(dests) - len(set(dests)))
+    if all(s["state"] == "published" for s in st):
+        break
+    time.sleep(0.05)
+print("most %d same %d done %d" % (most, same, all(s["state"] == "published" for s in st)))
+PY
+w=$(GRANARY_SOCKET="$dir/sock" PYTHONPATH=python /usr/bin/python3 "$dir/watch.py" $ids)
+t1=$(date +%s.%N)
+echo "     (watcher: $w; $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s for 8 MiB at 2 MiB/s)"
+check "all four published" sh -c "echo '$w' | grep -q 'done 1'"
+check "two drained at once, never more (drains = 2)" sh -c "echo '$w' | grep -q 'most 2 '"
+check "never two drains of one destination at once" sh -c "echo '$w' | grep -q 'same 0 '"
+check "together within drain_bandwidth (>= 3 s for 8 MiB at 2 MiB/s)" sh -c "echo $t0 $t1 | awk '{exit !(\$2 - \$1 >= 3.0)}'"
+check "the shared destination holds the newer checkpoint" $W check "$dir/src/conc/d1" 2097152 54
+check "the others are byte-exact" sh -c "$W check $dir/src/conc/d2 2097152 52 && $W check $dir/src/conc/d3 2097152 53"
+stop
+
+# ---- checkpoint sets ----
+# Several files published together: DEST becomes a link to a generation
+# directory DEST.granary-gen-ID (the files, then MANIFEST), the previous
+# generation kept; a reader that resolved DEST once keeps a whole set.
+conf ""
+start || exit 1
+mkdir -p "$dir/src/sets" "$dir/setin"
+for i in 0 1 2; do head -c $((300000 + i)) /dev/urandom > "$dir/setin/shard$i"; done
+: > "$dir/setin/empty"
+out=$($CTL -s "$dir/sock" put --set "$dir/src/sets/step" "$dir/setin" --wait)
+sid=$(echo "$out" | sed -n 's/^checkpoint \([0-9]*\): published.*/\1/p')
+check "granaryctl put --set DEST DIR --wait publishes" test -n "$sid"
+check "DEST is a link to its generation directory" test "$(readlink "$dir/src/sets/step")" = "step.granary-gen-$sid"
+check "the set's files are byte-exact (the empty one too)" sh -c "cmp -s $dir/setin/shard0 $dir/src/sets/step/shard0 && cmp -s $dir/setin/shard2 $dir/src/sets/step/shard2 && [ -f $dir/src/sets/step/empty ] && [ ! -s $dir/src/sets/step/empty ]"
+check "MANIFEST lists the four files" test "$(grep -c '^[0-9a-f]\{16\} [0-9]* ' "$dir/src/sets/step/MANIFEST")" = 4
+check "granaryctl put --set DEST FILE... publishes those" sh -c "$CTL -s $dir/sock put --set $dir/src/sets/two $dir/setin/shard0 $dir/setin/shard1 --wait > /dev/null && cmp -s $dir/setin/shard1 $dir/src/sets/two/shard1 && [ ! -e $dir/src/sets/two/shard2 ]"
+mkdir -p "$dir/src/sets/realdir"
+check "a DEST that is a directory (not a set's link) is refused" sh -c "! $CTL -s $dir/sock put --set $dir/src/sets/realdir $dir/setin 2> $dir/err && grep -q 'is a directory' $dir/err"
+sd="$dir/src/sets/m"
+for v in 7 8 9; do $W setput "$dir/sock" "$sd" 3 1048576 $v wait > /dev/null; done
+check "gr_ckpt_set_*: MANIFEST checksums and bytes verified (ckpt_writer setcheck)" $W setcheck "$sd" 3 1048576 9
+check "the generation before is kept, older ones removed" test "$(ls -d "$sd".granary-gen-* | wc -l)" = 2
+check "no temporary link is left" sh -c "! ls -A $dir/src/sets | grep -q '^\.m\.granary'"
+cat > "$dir/hold.py" <<'PY'
+import os, subprocess, sys
+w, sock, d = sys.argv[1:4]
+fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)        # resolved once
+subprocess.run([w, "setput", sock, d, "3", "1048576", "10", "wait"], check=True,
+               stdout=subprocess.DEVNULL)
+old = subprocess.run([w, "setcheck", "/proc/%d/fd/%d" % (os.getpid(), fd), "3", "1048576", "9"]).returncode
+new = subprocess.run([w, "setcheck", d, "3", "1048576", "10"]).returncode
+print("old %d new %d" % (old, new))
+PY
+check "a reader that resolved DEST before a publish still reads the whole old set; DEST the new one" sh -c "[ \"\$(/usr/bin/python3 $dir/hold.py $W $dir/sock $sd)\" = 'old 0 new 0' ]"
+stop
+
+# ---- SIGKILL torture of sets ----
+# Kills during the set's staging, drain and publish: after each, DEST is
+# absent or one whole set (MANIFEST and bytes verified), never a mix.
+conf "drain_bandwidth = 16M"
+sd="$dir/src/sets/tort"
+v=0; set_acked=0; set_torn=0; set_in_drain=0
+while [ $v -lt "${CKPT_SET_KILLS:-15}" ]; do
+    v=$((v + 1))
+    start || break
+    $W setput "$dir/sock" "$sd" 4 1048576 $v > "$dir/w.out" 2>/dev/null &
+    wpid=$!
+    sleep "0.$(od -An -N2 -tu2 /dev/urandom | awk '{printf "%03d", $1 % 700}')"
+    kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+    wait "$wpid" 2>/dev/null
+    grep -q '^acked' "$dir/w.out" && set_acked=$v
+    grep -lEq '^state (local|replicated)' "$dir"/nvme/checkpoints/*.ckpt 2>/dev/null && set_in_drain=$((set_in_drain + 1))
+    if [ -e "$sd" ] || [ -L "$sd" ]; then
+        ok=0; u=1
+        while [ $u -le $v ]; do $W setcheck "$sd" 4 1048576 $u 2>/dev/null && { ok=1; break; }; u=$((u + 1)); done
+        [ $ok -eq 1 ] || { set_torn=$((set_torn + 1)); echo "not one whole set after kill $v"; }
+    fi
+done
+echo "     ($set_in_drain of $v kills left a set's drain to resume)"
+check "$v kills: DEST was always absent or one whole set" test $set_torn -eq 0
+start || exit 1
+i=0
+while [ $i -lt 300 ] && $CTL -s "$dir/sock" ckpt list | grep -Eq '	(staged|local|replicated)	'; do sleep 0.1; i=$((i + 1)); done
+final=0; u=$set_acked
+while [ $u -le $v ] && [ $set_acked -gt 0 ]; do $W setcheck "$sd" 4 1048576 $u 2>/dev/null && { final=$u; break; }; u=$((u + 1)); done
+check "after the last restart the set is the last acknowledged or a later one (acked $set_acked, found $final)" test $final -ge $set_acked -a $set_acked -gt 0
+check "at most two generations are left (the published one and the one before)" test "$(ls -d "$sd".granary-gen-* 2>/dev/null | wc -l)" -le 2
+check "no temporary left beside the set" sh -c "! ls -A $dir/src/sets | grep -q '^\.tort\.granary'"
+stop
+
 # ---- staged checkpoints read before they are published ----
 # The drain is held back by EIO on writes below /src/held (faultinject):
 # the checkpoints stay local, and an open of their destinations, through

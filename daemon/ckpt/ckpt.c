@@ -2,14 +2,26 @@
  * ckpt.c - checkpoint staging, journal and drains (see ckpt.h).
  *
  * Files in the staging directory, per checkpoint id N:
- *   N.data   the bytes (fallocated to their size first, fsynced);
+ *   N.data   the bytes (fallocated to their size first, fsynced): for a set
+ *            ("kind set" in its journal), the container of proto/ckset.h;
  *   N.ckpt   the journal entry: its state, owner, destination, size and
  *            XXH3 (a small text file, replaced whole by rename);
  * a N.data without N.ckpt is a put that was never acknowledged (deleted at
- * start).  The drain of one checkpoint at a time goes in slices of at most
- * 16 MiB per I/O job, paced on the loop by [checkpoint] drain_bandwidth,
- * so it holds an I/O thread only for a slice and reads are never queued
- * behind a whole checkpoint.
+ * start).  Up to [checkpoint] drains checkpoints drain at once, each in
+ * slices of at most 16 MiB per I/O job, so a drain holds an I/O thread only
+ * for a slice and reads are never queued behind a whole checkpoint.  The
+ * slices of all drains together are paced on the loop by drain_bandwidth
+ * (each books its bytes' time on one clock, k->bw_next).
+ *
+ * Order per destination: at most one drain per destination at a time, the
+ * oldest (lowest id) ready one first, and when a checkpoint is published
+ * every older one for the same destination not yet published is
+ * superseded: never drained, its staged copy and temporary removed, its
+ * journal entry saying so.  So a destination only ever moves to newer
+ * bytes, even when an older checkpoint's drain failed and waits for its
+ * retry while a newer one goes ahead.  A restart re-derives it from the
+ * journal (an unpublished entry older than a published one for the same
+ * destination is superseded at load).
  *
  * Writing as the client: on the I/O thread, the raw setgroups, setfsgid and
  * setfsuid system calls (per thread on Linux; glibc's wrappers would change
@@ -35,9 +47,13 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "ckset.h"
 #include "clock.h"
+#include "fsio.h"
 #include "list.h"
 #include "log.h"
+#include "proto.h"
+#include "setpub.h"
 
 #define CKPT_SLICE      (16u << 20)     /* bytes one drain job copies */
 #define CKPT_BUF        (4u << 20)      /* copy buffer */
@@ -55,9 +71,11 @@ typedef struct ck {
     uint64_t drained;
     unsigned attempts;
     double retry_at;            /* gr__now_s() before which it waits */
+    int draining;               /* a drainjob holds it */
+    int set;                    /* N.data is a set container (proto/ckset.h), published by setpub */
+    uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published */
     char error[256];
     gr__list link;              /* k->all, by id */
-    gr__list qlink;             /* k->queue while waiting to drain */
 } ck;
 
 /* A put in flight (on an I/O thread, then its completion). */
@@ -72,18 +90,24 @@ typedef struct putjob {
     char err[256];
 } putjob;
 
-/* The one drain in flight: a slice at a time. */
+/* A drain in flight: a slice at a time. */
 typedef struct drainjob {
     wq_job job;
     ckpts *k;
     ck *c;
+    gr__list alink;             /* k->active */
+    struct event *timer;        /* its next slice's turn under drain_bandwidth */
+    int job_pending;            /* its job is with the workers */
     int phase;                  /* 0 the replica, 1 the destination */
     int in_fd, out_fd, dir_fd;  /* the staged copy; the temporary target; its directory */
     char tmpname[300];
-    uint64_t off, t0_ns;
+    uint64_t off;
     uint64_t moved;             /* bytes the last slice copied */
     uint64_t slice;             /* bytes per job: an eighth of a second's bandwidth, 1-16 MiB */
     XXH3_state_t *xs;
+    int opened;                 /* this phase's target is open (drain_open) */
+    setpub *sp;                 /* a set's destination phase */
+    int already;                /* a set whose link already pointed at it (a kill after the rename) */
     int finished;               /* this phase's file is in place and journalled */
     int lost;                   /* the staged copy failed its checksum */
     int rc;
@@ -98,18 +122,20 @@ struct ckpts {
     char *dir, *replica_dir;
     int dir_fd;
     uint64_t next_id;
-    uint64_t reserved;          /* bytes of checkpoints not yet published */
-    gr__list all, queue;
-    unsigned npublished;
-    drainjob *active;           /* NULL, or the drain whose job or timer is pending */
-    int job_pending;            /* active's job is with the workers */
-    struct event *timer;
+    uint64_t reserved;          /* bytes of checkpoints not yet published (nor superseded) */
+    gr__list all;               /* every checkpoint remembered, by id */
+    unsigned ndone;             /* of them published or superseded */
+    gr__list active;            /* drains in flight (drainjob.alink), at most cfg.drains */
+    unsigned nactive;
+    double bw_next;             /* gr__now_s() from which the next slice may start */
+    struct event *timer;        /* the earliest back-off */
     int stopping;
 };
 
 const char *ckpt_state_name(ckpt_state s)
 {
-    static const char *const n[] = { "staged", "local", "replicated", "published", "failed" };
+    static const char *const n[] = { "staged", "local", "replicated", "published", "failed",
+                                     "superseded" };
     return (unsigned)s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
 }
 
@@ -125,6 +151,8 @@ static void info_of(const ckpts *k, const ck *c, ckpt_info *i)
     i->attempts = c->attempts;
     i->durable = c->state == CKPT_PUBLISHED ||
                  (c->state == CKPT_REPLICATED && k->replica_dir != NULL);
+    i->superseded_by = c->superseded_by;
+    i->set = c->set;
     i->error = c->error;
 }
 
@@ -195,36 +223,6 @@ static void creds_leave(creds_saved *sv)
 
 /* ---- file helpers (I/O threads) ---- */
 
-static int fsync_dir_at(int dfd)
-{
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-/* Write all of buf at off. */
-static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Read exactly n bytes at off (a short file is -EIO). */
 static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
 {
@@ -254,14 +252,14 @@ static int write_atomic(int dfd, const char *name, const char *text, size_t len)
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    rc = pwrite_all(fd, (const uint8_t *)text, len, 0);
+    rc = gr__pwrite_all(fd, (const uint8_t *)text, len, 0);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     close(fd);
     if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
         rc = -errno;
     if (rc == 0)
-        rc = fsync_dir_at(dfd);
+        rc = gr__fsync_dirat(dfd, ".");
     if (rc < 0)
         unlinkat(dfd, tmp, 0);
     return rc;
@@ -280,7 +278,13 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st)
                          (unsigned)c->cred.gid, c->size, c->hash, c->root);
     for (int i = 0; i < c->cred.ngroups && n < sizeof(text) - 32; i++)
         n += (size_t)snprintf(text + n, sizeof(text) - n, " %u", (unsigned)c->cred.groups[i]);
-    n += (size_t)snprintf(text + n, sizeof(text) - n, "\ndest %s\n", c->dest);
+    if (c->set && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nkind set");
+    if (c->superseded_by && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nsuperseded_by %" PRIu64,
+                              c->superseded_by);
+    if (n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\ndest %s\n", c->dest);
     if (n >= sizeof(text))
         return -ENAMETOOLONG;
     snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
@@ -436,6 +440,19 @@ static void put_run(wq_job *j)
         snprintf(p->err, sizeof(p->err), "staging file %s/%s: %s", k->dir, name, strerror(-rc));
         goto fail;
     }
+    /* A set's header, checked before a byte is copied. */
+    if (c->set) {
+        size_t n = c->size < CKPT_BUF ? (size_t)c->size : CKPT_BUF;
+        uint32_t nf;
+        if ((rc = pread_all(p->fd, buf, n, 0)) < 0 ||
+            proto_set_dec_hdr(buf, n, c->size, &nf, NULL, 0) <= PROTO_NEED_MORE) {
+            snprintf(p->err, sizeof(p->err), "%s", rc < 0 ? "reading the checkpoint set's header" :
+                     "not a checkpoint set (its header is malformed: proto/PROTOCOL.md, "
+                     "\"Checkpoint sets\")");
+            rc = rc < 0 ? rc : -EINVAL;
+            goto fail;
+        }
+    }
     /* The space, reserved before a byte is copied: a full disk says so now. */
     if (c->size && (rc = -posix_fallocate(out, 0, (off_t)c->size)) < 0) {
         snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size, k->dir,
@@ -448,7 +465,7 @@ static void put_run(wq_job *j)
             snprintf(p->err, sizeof(p->err), "reading the checkpoint: %s", strerror(-rc));
             goto fail;
         }
-        if ((rc = pwrite_all(out, buf, n, off)) < 0) {
+        if ((rc = gr__pwrite_all(out, buf, n, off)) < 0) {
             snprintf(p->err, sizeof(p->err), "writing %s/%s: %s", k->dir, name, strerror(-rc));
             goto fail;
         }
@@ -496,6 +513,108 @@ out:
 
 static void drain_kick(ckpts *k);
 
+/* ---- superseding (loop, then an I/O job) ---- */
+
+/* The clean-up of a superseded checkpoint: its own copy of the entry (the
+ * loop may forget the original meanwhile). */
+typedef struct cleanjob {
+    wq_job job;
+    ckpts *k;
+    ck c;
+} cleanjob;
+
+static void clean_run(wq_job *j)
+{
+    cleanjob *cj = (cleanjob *)j;
+    char name[64];
+    int rc;
+
+    /* Journal first: a kill before the unlinks leaves a superseded entry
+     * whose leftovers the next load removes. */
+    rc = journal_write(cj->k, &cj->c, CKPT_SUPERSEDED);
+    if (rc < 0)
+        log_warn("checkpoint %" PRIu64 ": journal of its supersession: %s (a restart "
+                 "supersedes it again)", cj->c.id, strerror(-rc));
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", cj->c.id);
+    unlinkat(cj->k->dir_fd, name, 0);
+    dest_unlink_tmp(cj->k, &cj->c);
+}
+
+static void clean_done(wq_job *j)
+{
+    cleanjob *cj = (cleanjob *)j;
+
+    free(cj->c.dest);
+    free(cj);
+}
+
+/*
+ * c (local or replicated, not draining) will never be published: checkpoint
+ * by, newer and for the same destination, is.  Its space is free at once;
+ * an I/O job journals it and removes its staged copy and its temporary
+ * beside the destination (a replica in replica_dir is kept, as a published
+ * checkpoint's is).
+ */
+static void supersede(ckpts *k, ck *c, uint64_t by)
+{
+    cleanjob *cj;
+
+    c->state = CKPT_SUPERSEDED;
+    c->superseded_by = by;
+    c->drained = 0;
+    snprintf(c->error, sizeof(c->error), "superseded by checkpoint %" PRIu64
+             ", newer and published first", by);
+    k->reserved -= c->size;
+    k->ndone++;
+    k->stats->ckpt_superseded++;
+    log_info("checkpoint %" PRIu64 " for %s superseded by %" PRIu64 " (published): dropped",
+             c->id, c->dest, by);
+    cj = calloc(1, sizeof(*cj));
+    if (cj) {
+        cj->c = *c;
+        cj->c.dest = strdup(c->dest);
+    }
+    if (!cj || !cj->c.dest) {
+        /* Its journal still says local: the next load supersedes it again. */
+        log_warn("checkpoint %" PRIu64 ": out of memory removing its staged copy", c->id);
+        free(cj);
+        return;
+    }
+    cj->k = k;
+    cj->job.run = clean_run;
+    cj->job.done = clean_done;
+    workers_submit(k->w, &cj->job, WQ_BACKGROUND);
+}
+
+/* The newest published checkpoint for c's destination newer than c, or 0. */
+static uint64_t newer_published(const ckpts *k, const ck *c)
+{
+    for (const gr__list *pos = k->all.prev; pos != &k->all; pos = pos->prev) {
+        const ck *o = gr__list_entry(pos, ck, link);
+        if (o->id <= c->id)
+            break;
+        if (o->state == CKPT_PUBLISHED && !strcmp(o->dest, c->dest))
+            return o->id;
+    }
+    return 0;
+}
+
+/* by is published: every older checkpoint for its destination waiting to
+ * drain is superseded (none drains: one drain per destination at a time). */
+static void supersede_older(ckpts *k, const ck *by)
+{
+    gr__list *pos, *tmp;
+
+    gr__list_foreach_safe(pos, tmp, &k->all) {
+        ck *o = gr__list_entry(pos, ck, link);
+        if (o->id >= by->id)
+            break;
+        if ((o->state == CKPT_LOCAL || o->state == CKPT_REPLICATED) && !o->draining &&
+            !strcmp(o->dest, by->dest))
+            supersede(k, o, by->id);
+    }
+}
+
 static void put_done(wq_job *j)
 {
     putjob *p = (putjob *)j;
@@ -514,11 +633,15 @@ static void put_done(wq_job *j)
         p->cb(p->arg, p->rc, NULL, p->err);
         ck_free(&c);
     } else {
+        uint64_t by;
         c->state = CKPT_LOCAL;
         k->stats->ckpt_puts++;
         k->stats->ckpt_bytes_staged += c->size;
+        /* A newer one for the same destination was acknowledged after this
+         * one was created and is published already. */
+        if ((by = newer_published(k, c)))
+            supersede(k, c, by);
         info_of(k, c, &info);
-        gr__list_push_back(&k->queue, &c->qlink);
         log_info("checkpoint %" PRIu64 " staged: %" PRIu64 " bytes for %s (uid %u)", c->id,
                  c->size, c->dest, (unsigned)c->cred.uid);
         p->cb(p->arg, 0, &info, NULL);
@@ -527,8 +650,8 @@ static void put_done(wq_job *j)
     free(p);
 }
 
-int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
-             void *arg, char *err, size_t errlen)
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
+             ckpt_put_cb cb, void *arg, char *err, size_t errlen)
 {
     struct stat st;
     int flags, seals;
@@ -584,6 +707,7 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt
     c->root = root;
     c->cred = *cred;
     c->size = (uint64_t)st.st_size;
+    c->set = set != 0;
     c->state = CKPT_STAGED;
     gr__list_push_back(&k->all, &c->link);
     k->reserved += c->size;
@@ -606,9 +730,39 @@ static void drain_close(drainjob *d)
         close(d->in_fd);
     if (d->out_fd >= 0)
         close(d->out_fd);
+    setpub_free(&d->sp);
     if (d->dir_fd >= 0)
         close(d->dir_fd);
     d->in_fd = d->out_fd = d->dir_fd = -1;
+    d->opened = 0;
+}
+
+/* As the peer, in the destination's directory (d->dir_fd): a set's
+ * generation begun from the header of its staged copy. */
+static int drain_open_set(drainjob *d, const char *base)
+{
+    ck *c = d->c;
+    size_t n = c->size < (2u << 20) ? (size_t)c->size : (2u << 20);
+    uint8_t *hdr = malloc(n ? n : 1);
+    uint32_t nf;
+    long h;
+    int rc;
+
+    if (!hdr)
+        return -ENOMEM;
+    rc = pread_all(d->in_fd, hdr, n, 0);
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "reading the staged set: %s", strerror(-rc));
+    } else if ((h = proto_set_dec_hdr(hdr, n, c->size, &nf, NULL, 0)) <= PROTO_NEED_MORE) {
+        snprintf(d->err, sizeof(d->err), "the staged set's header is malformed");
+        d->lost = 1;
+        rc = -EIO;
+    } else {
+        rc = setpub_begin(d->dir_fd, base, c->id, hdr, (size_t)h, c->size, &d->sp, &d->already,
+                          d->err, sizeof(d->err));
+    }
+    free(hdr);
+    return rc;
 }
 
 /* Open this phase's source and target (a fresh temporary file). */
@@ -647,7 +801,9 @@ static int drain_open(drainjob *d)
         rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
         if (rc == 0)
             d->dir_fd = rc = open_parent(k, c, &base, d->err, sizeof(d->err));
-        if (rc >= 0) {
+        if (rc >= 0 && c->set) {
+            rc = drain_open_set(d, base);
+        } else if (rc >= 0) {
             rc = 0;
             tmp_name(d->tmpname, sizeof(d->tmpname), base, c->id);
             d->out_fd = openat(d->dir_fd, d->tmpname,
@@ -664,9 +820,44 @@ static int drain_open(drainjob *d)
     }
     if (rc == 0) {
         d->off = 0;
+        d->opened = 1;
         XXH3_64bits_reset(d->xs);
     }
     return rc;
+}
+
+/* Every byte of a set is in its generation directory: checked, then (as
+ * the peer) its manifest, the link renamed over the destination, the old
+ * generations cleared; journal; N.data removed. */
+static int drain_finish_set(drainjob *d)
+{
+    ckpts *k = d->k;
+    ck *c = d->c;
+    creds_saved sv;
+    char name[64];
+    int rc;
+
+    if (!d->already && XXH3_64bits_digest(d->xs) != c->hash) {
+        snprintf(d->err, sizeof(d->err), "the staged copy of checkpoint set %" PRIu64
+                 " fails its checksum", c->id);
+        d->lost = 1;
+        return -EIO;
+    }
+    rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+    if (rc == 0 && !d->already)
+        rc = setpub_finish(d->sp, d->err, sizeof(d->err));
+    creds_leave(&sv);
+    if (rc < 0)
+        return rc;
+    rc = journal_write(k, c, CKPT_PUBLISHED);
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
+        return rc;
+    }
+    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+    unlinkat(k->dir_fd, name, 0);
+    d->finished = 1;
+    return 0;
 }
 
 /* The whole file is in the temporary: check, fsync, rename into place,
@@ -678,6 +869,8 @@ static int drain_finish(drainjob *d)
     char final[320];
     int rc = 0;
 
+    if (d->sp && d->phase == 1)
+        return drain_finish_set(d);
     if (XXH3_64bits_digest(d->xs) != c->hash) {
         snprintf(d->err, sizeof(d->err), "the staged copy of checkpoint %" PRIu64
                  " fails its checksum", c->id);
@@ -706,7 +899,7 @@ static int drain_finish(drainjob *d)
         creds_leave(&sv);
     }
     if (rc == 0)
-        rc = fsync_dir_at(d->dir_fd);
+        rc = gr__fsync_dirat(d->dir_fd, ".");
     if (rc < 0) {
         if (!d->err[0])
             snprintf(d->err, sizeof(d->err), "publishing %s: %s", c->dest, strerror(-rc));
@@ -732,16 +925,28 @@ static void drain_run(wq_job *j)
     ck *c = d->c;
     uint8_t *buf = NULL;
     uint64_t end;
-    int rc = 0;
+    creds_saved sv;
+    int rc = 0, set;
 
     d->rc = 0;
     d->moved = 0;
     d->err[0] = '\0';
-    if (d->out_fd < 0 && (rc = drain_open(d)) < 0)
+    if (!d->opened && (rc = drain_open(d)) < 0)
         goto out;
+    if (d->already) {
+        d->off = c->size;
+        rc = drain_finish(d);
+        goto out;
+    }
+    set = d->sp != NULL && d->phase == 1;
     buf = malloc(CKPT_BUF);
     if (!buf) {
         rc = -ENOMEM;
+        goto out;
+    }
+    /* A set's files are created in the slice that reaches them: as the peer. */
+    if (set && (rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err))) < 0) {
+        creds_leave(&sv);
         goto out;
     }
     end = c->size - d->off < d->slice ? c->size : d->off + d->slice;
@@ -749,18 +954,22 @@ static void drain_run(wq_job *j)
         size_t n = end - d->off < CKPT_BUF ? (size_t)(end - d->off) : CKPT_BUF;
         if ((rc = pread_all(d->in_fd, buf, n, d->off)) < 0) {
             snprintf(d->err, sizeof(d->err), "reading the staged copy: %s", strerror(-rc));
-            goto out;
+            break;
         }
-        if ((rc = pwrite_all(d->out_fd, buf, n, d->off)) < 0) {
+        if (set)
+            rc = setpub_write(d->sp, d->off, buf, n, d->err, sizeof(d->err));
+        else if ((rc = gr__pwrite_all(d->out_fd, buf, n, d->off)) < 0)
             snprintf(d->err, sizeof(d->err), "writing %s: %s",
                      d->phase ? c->dest : "the replica", strerror(-rc));
-            goto out;
-        }
+        if (rc < 0)
+            break;
         XXH3_64bits_update(d->xs, buf, n);
         d->off += n;
         d->moved += n;
     }
-    if (d->off == c->size)
+    if (set)
+        creds_leave(&sv);
+    if (rc == 0 && d->off == c->size)
         rc = drain_finish(d);
 out:
     free(buf);
@@ -778,32 +987,65 @@ out:
     }
 }
 
-static void drain_submit(ckpts *k)
+static void drain_submit(drainjob *d)
 {
-    k->job_pending = 1;
-    k->active->job.run = drain_run;
-    workers_submit(k->w, &k->active->job, k->cfg.demand ? WQ_DEMAND : WQ_BACKGROUND);
+    d->job_pending = 1;
+    d->job.run = drain_run;
+    workers_submit(d->k->w, &d->job, d->k->cfg.demand ? WQ_DEMAND : WQ_BACKGROUND);
+}
+
+static void arm_timer(struct event *ev, double secs)
+{
+    struct timeval tv;
+
+    if (secs < 0)
+        secs = 0;
+    tv.tv_sec = (time_t)secs;
+    tv.tv_usec = (suseconds_t)((secs - (double)(time_t)secs) * 1e6);
+    evtimer_add(ev, &tv);
+}
+
+/* d's next slice, now or at its turn: every slice of every drain books
+ * its bytes' time at drain_bandwidth on one clock, so that the drains
+ * together stay within it (and an idle spell earns no burst). */
+static void drain_next(drainjob *d)
+{
+    ckpts *k = d->k;
+    uint64_t bw = k->cfg.bandwidth, n;
+    double now, start;
+
+    if (bw) {
+        n = d->c->size - d->off < d->slice ? d->c->size - d->off : d->slice;
+        now = gr__now_s();
+        start = k->bw_next > now ? k->bw_next : now;
+        k->bw_next = start + (double)n / (double)bw;
+        if (start > now) {
+            arm_timer(d->timer, start - now);
+            return;
+        }
+    }
+    drain_submit(d);
+}
+
+static void on_slice_timer(evutil_socket_t fd, short what, void *arg)
+{
+    drainjob *d = arg;
+
+    (void)fd;
+    (void)what;
+    if (!d->k->stopping)
+        drain_submit(d);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    ckpts *k = arg;
-
     (void)fd;
     (void)what;
-    if (k->active && !k->job_pending)
-        drain_submit(k);
-    else
-        drain_kick(k);
+    drain_kick(arg);
 }
 
-static void arm_timer(ckpts *k, double secs)
-{
-    struct timeval tv = { (time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6) };
-    evtimer_add(k->timer, &tv);
-}
-
-/* Forget the oldest published entries past CKPT_KEEP (their journal too). */
+/* Forget the oldest published or superseded entries past CKPT_KEEP (their
+ * journal too). */
 static void prune(ckpts *k)
 {
     gr__list *pos, *tmp;
@@ -811,16 +1053,33 @@ static void prune(ckpts *k)
     gr__list_foreach_safe(pos, tmp, &k->all) {
         ck *c = gr__list_entry(pos, ck, link);
         char name[64];
-        if (k->npublished <= CKPT_KEEP)
+        if (k->ndone <= CKPT_KEEP)
             break;
-        if (c->state != CKPT_PUBLISHED)
+        if (c->state != CKPT_PUBLISHED && c->state != CKPT_SUPERSEDED)
             continue;
         snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
         unlinkat(k->dir_fd, name, 0);
         gr__list_remove(&c->link);
         ck_free(&c);
-        k->npublished--;
+        k->ndone--;
     }
+}
+
+/* A drain over (no job out, no timer needed): its checkpoint is free to
+ * drain again or be superseded. */
+static void drain_free(drainjob **dp)
+{
+    drainjob *d = *dp;
+
+    drain_close(d);
+    if (d->timer)
+        event_free(d->timer);
+    XXH3_freeState(d->xs);
+    gr__list_remove(&d->alink);
+    d->k->nactive--;
+    d->c->draining = 0;
+    free(d);
+    *dp = NULL;
 }
 
 static void drain_done(wq_job *j)
@@ -828,14 +1087,10 @@ static void drain_done(wq_job *j)
     drainjob *d = (drainjob *)j;
     ckpts *k = d->k;
     ck *c = d->c;
-    uint64_t bw = k->cfg.bandwidth;
 
-    k->job_pending = 0;
+    d->job_pending = 0;
     if (j->cancelled || k->stopping) {
-        drain_close(d);
-        XXH3_freeState(d->xs);
-        k->active = NULL;
-        free(d);
+        drain_free(&d);
         return;
     }
     if (d->rc < 0) {
@@ -856,11 +1111,8 @@ static void drain_done(wq_job *j)
             log_warn("checkpoint %" PRIu64 " for %s: drain failed (attempt %u, retry in %.0f s): "
                      "%s", c->id, c->dest, c->attempts, back, d->err);
             c->retry_at = gr__now_s() + back;
-            gr__list_push_back(&k->queue, &c->qlink);
         }
-        XXH3_freeState(d->xs);
-        k->active = NULL;
-        free(d);
+        drain_free(&d);
         drain_kick(k);
         return;
     }
@@ -873,88 +1125,106 @@ static void drain_done(wq_job *j)
             c->state = CKPT_REPLICATED;
             d->phase = 1;
             d->finished = 0;
-            d->t0_ns = gr__now_ns();
+            d->off = 0;
             drain_close(d);
-            drain_submit(k);
+            drain_next(d);
             return;
         }
         c->state = CKPT_PUBLISHED;
         k->reserved -= c->size;
         k->stats->ckpt_published++;
-        k->npublished++;
+        k->ndone++;
         log_info("checkpoint %" PRIu64 " published: %s", c->id, c->dest);
         if (k->cfg.published)
             k->cfg.published(k->cfg.published_arg, c->dest);
-        drain_close(d);
-        XXH3_freeState(d->xs);
-        k->active = NULL;
-        free(d);
+        supersede_older(k, c);
+        drain_free(&d);
         prune(k);
         drain_kick(k);
         return;
     }
-    /* Paced: the next slice when the bandwidth allows it. */
-    if (bw) {
-        double due = (double)d->off / (double)bw, spent = (double)(gr__now_ns() - d->t0_ns) / 1e9;
-        if (due > spent) {
-            arm_timer(k, due - spent);
-            return;
-        }
-    }
-    drain_submit(k);
+    drain_next(d);
 }
 
-/* Start the next drain if none runs: the first queued checkpoint whose
- * back-off has passed (else a timer for the earliest). */
+/* Whether a drain for dest is in flight. */
+static int dest_draining(const ckpts *k, const char *dest)
+{
+    for (const gr__list *pos = k->active.next; pos != &k->active; pos = pos->next)
+        if (!strcmp(gr__list_entry(pos, drainjob, alink)->c->dest, dest))
+            return 1;
+    return 0;
+}
+
+/* A drain for c, its first slice submitted: 0 or -ENOMEM. */
+static int drain_start(ckpts *k, ck *c)
+{
+    drainjob *d = calloc(1, sizeof(*d));
+
+    if (!d || !(d->xs = XXH3_createState()) || !(d->timer = evtimer_new(k->base, on_slice_timer, d))) {
+        if (d)
+            XXH3_freeState(d->xs);
+        free(d);
+        return -ENOMEM;
+    }
+    d->k = k;
+    d->c = c;
+    d->in_fd = d->out_fd = d->dir_fd = -1;
+    d->phase = (k->replica_dir && c->state < CKPT_REPLICATED) ? 0 : 1;
+    d->slice = k->cfg.bandwidth ? k->cfg.bandwidth / 8 : CKPT_SLICE;
+    if (d->slice > CKPT_SLICE)
+        d->slice = CKPT_SLICE;
+    if (d->slice < (1u << 20))
+        d->slice = 1u << 20;
+    d->job.done = drain_done;
+    c->draining = 1;
+    gr__list_push_back(&k->active, &d->alink);
+    k->nactive++;
+    drain_next(d);
+    return 0;
+}
+
+/* Start drains while fewer than [checkpoint] drains run: in id order, each
+ * checkpoint waiting to drain whose back-off has passed and whose
+ * destination has no drain in flight (so per destination the oldest ready
+ * one goes first); else a timer for the earliest back-off. */
 static void drain_kick(ckpts *k)
 {
     double now = gr__now_s(), soonest = 0;
     gr__list *pos, *tmp;
-    drainjob *d;
 
-    if (k->active || k->stopping)
+    if (k->stopping)
         return;
-    gr__list_foreach_safe(pos, tmp, &k->queue) {
-        ck *c = gr__list_entry(pos, ck, qlink);
+    gr__list_foreach_safe(pos, tmp, &k->all) {
+        ck *c = gr__list_entry(pos, ck, link);
+        if (k->nactive >= k->cfg.drains)
+            return;                 /* a drain's end kicks again */
+        if ((c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED) || c->draining)
+            continue;
         if (c->retry_at > now) {
             if (!soonest || c->retry_at < soonest)
                 soonest = c->retry_at;
             continue;
         }
-        d = calloc(1, sizeof(*d));
-        if (!d || !(d->xs = XXH3_createState())) {
-            free(d);
-            arm_timer(k, 1.0);
+        if (dest_draining(k, c->dest))
+            continue;
+        if (drain_start(k, c) < 0) {
+            arm_timer(k->timer, 1.0);
             return;
         }
-        gr__list_remove(&c->qlink);
-        d->k = k;
-        d->c = c;
-        d->in_fd = d->out_fd = d->dir_fd = -1;
-        d->phase = (k->replica_dir && c->state < CKPT_REPLICATED) ? 0 : 1;
-        d->t0_ns = gr__now_ns();
-        d->slice = k->cfg.bandwidth ? k->cfg.bandwidth / 8 : CKPT_SLICE;
-        if (d->slice > CKPT_SLICE)
-            d->slice = CKPT_SLICE;
-        if (d->slice < (1u << 20))
-            d->slice = 1u << 20;
-        d->job.done = drain_done;
-        k->active = d;
-        drain_submit(k);
-        return;
     }
     if (soonest)
-        arm_timer(k, soonest - now);
+        arm_timer(k->timer, soonest - now);
 }
 
 /* ---- set-up: the journal ---- */
 
-static ckpt_state state_parse(const char *s)
+/* A state's number, or -1 for a word this daemon does not know. */
+static int state_parse(const char *s)
 {
-    for (int i = CKPT_STAGED; i <= CKPT_FAILED; i++)
+    for (int i = CKPT_STAGED; i <= CKPT_SUPERSEDED; i++)
         if (!strcmp(s, ckpt_state_name((ckpt_state)i)))
-            return (ckpt_state)i;
-    return CKPT_STAGED;
+            return i;
+    return -1;
 }
 
 /* Read one journal entry: a ck, or NULL (logged). */
@@ -994,6 +1264,10 @@ static ck *journal_load(ckpts *k, const char *name)
             ok |= 16;
         else if (sscanf(line, "root %d", &c->root) == 1)
             ;
+        else if (sscanf(line, "superseded_by %" SCNu64, &c->superseded_by) == 1)
+            ;
+        else if (!strcmp(line, "kind set"))
+            c->set = 1;
         else if (!strncmp(line, "groups", 6)) {
             char *p = line + 6, *e;
             while (*p && c->cred.ngroups < CKPT_MAX_GROUPS) {
@@ -1009,14 +1283,17 @@ static ck *journal_load(ckpts *k, const char *name)
             ok |= 32;
         }
     }
+    /* An unknown state (a newer daemon's) is not taken for "staged", which
+     * would remove the checkpoint. */
     if (ok != 63 || !c->dest || c->root < 0 || c->root >= k->cfg.nroots ||
-        strncmp(c->dest, k->cfg.roots[c->root], strlen(k->cfg.roots[c->root])) != 0) {
-        log_warn("checkpoint journal %s/%s: unreadable, or its destination is under no root now; "
-                 "left alone", k->dir, name);
+        strncmp(c->dest, k->cfg.roots[c->root], strlen(k->cfg.roots[c->root])) != 0 ||
+        state_parse(st) < 0) {
+        log_warn("checkpoint journal %s/%s: unreadable, in a state unknown here, or its "
+                 "destination is under no root now; left alone", k->dir, name);
         ck_free(&c);
         return NULL;
     }
-    c->state = state_parse(st);
+    c->state = (ckpt_state)state_parse(st);
     return c;
 }
 
@@ -1102,14 +1379,28 @@ static int load(ckpts *k, char *err, size_t errlen)
             continue;
         }
         gr__list_push_back(&k->all, &c->link);
-        if (c->state == CKPT_PUBLISHED) {
+        if (c->state == CKPT_PUBLISHED || c->state == CKPT_SUPERSEDED) {
             snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
             unlinkat(k->dir_fd, name, 0);   /* a kill between journal and unlink */
-            k->npublished++;
+            if (c->state == CKPT_SUPERSEDED) {
+                dest_unlink_tmp(k, c);
+                snprintf(c->error, sizeof(c->error), "superseded by checkpoint %" PRIu64
+                         ", newer and published first", c->superseded_by);
+            }
+            k->ndone++;
         } else if (c->state == CKPT_LOCAL || c->state == CKPT_REPLICATED) {
             k->reserved += c->size;
-            gr__list_push_back(&k->queue, &c->qlink);
             ndrain++;
+        }
+    }
+    /* A kill between a publish and the journal of what it superseded. */
+    for (gr__list *pos = k->all.next; pos != &k->all; pos = pos->next) {
+        ck *c = gr__list_entry(pos, ck, link);
+        uint64_t by;
+        if ((c->state == CKPT_LOCAL || c->state == CKPT_REPLICATED) &&
+            (by = newer_published(k, c))) {
+            supersede(k, c, by);
+            ndrain--;
         }
     }
     if (nv)
@@ -1135,7 +1426,9 @@ int ckpt_new(struct event_base *base, workers *w, gr_stats *stats, const ckpt_co
     k->dir_fd = -1;
     k->next_id = 1;
     gr__list_init(&k->all);
-    gr__list_init(&k->queue);
+    gr__list_init(&k->active);
+    if (k->cfg.drains < 1)
+        k->cfg.drains = 1;
     k->dir = strdup(cfg->dir);
     k->replica_dir = cfg->replica_dir && cfg->replica_dir[0] ? strdup(cfg->replica_dir) : NULL;
     k->timer = evtimer_new(base, on_timer, k);
@@ -1192,10 +1485,10 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
      * reader of the destination would see once everything is published. */
     for (pos = k->all.prev; pos != &k->all; pos = pos->prev) {
         const ck *c = gr__list_entry(pos, ck, link);
-        if (c->state == CKPT_FAILED || strcmp(c->dest, norm) != 0)
+        if (c->state == CKPT_FAILED || c->state == CKPT_SUPERSEDED || strcmp(c->dest, norm) != 0)
             continue;
-        if (c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED)
-            return 0;
+        if ((c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED) || c->set)
+            return 0;               /* a set is read once published (not built: before) */
         out->id = c->id;
         out->uid = c->cred.uid;
         out->gid = c->cred.gid;
@@ -1220,17 +1513,19 @@ int ckpt_staged_open(const ckpts *k, uint64_t id)
 
 void ckpt_shutdown(ckpts *k)
 {
+    gr__list *pos, *tmp;
+
     if (!k)
         return;
     k->stopping = 1;
     if (k->timer)
         evtimer_del(k->timer);
-    /* An active drain waiting on its timer has no job out: free it now. */
-    if (k->active && !k->job_pending) {
-        drain_close(k->active);
-        XXH3_freeState(k->active->xs);
-        free(k->active);
-        k->active = NULL;
+    /* A drain waiting on its timer has no job out: freed now (the others
+     * when their job is done or cancelled). */
+    gr__list_foreach_safe(pos, tmp, &k->active) {
+        drainjob *d = gr__list_entry(pos, drainjob, alink);
+        if (!d->job_pending)
+            drain_free(&d);
     }
 }
 
@@ -1242,6 +1537,10 @@ void ckpt_free(ckpts **kp)
     if (!k)
         return;
     ckpt_shutdown(k);
+    gr__list_foreach_safe(pos, tmp, &k->active) {   /* none after workers_stop */
+        drainjob *d = gr__list_entry(pos, drainjob, alink);
+        drain_free(&d);
+    }
     gr__list_foreach_safe(pos, tmp, &k->all) {
         ck *c = gr__list_entry(pos, ck, link);
         gr__list_remove(&c->link);

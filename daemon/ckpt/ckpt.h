@@ -8,13 +8,20 @@
  * the client (fsuid, fsgid and groups of the peer on the I/O thread) into
  * a temporary name beside it, fsynced, renamed into place, directory
  * fsynced ("published").  A reader of the DFS sees the old file or the new
- * one, never a torn one.
+ * one, never a torn one.  A set of files (a container, proto/ckset.h) is one
+ * checkpoint here too; its destination phase is setpub.h's (a generation
+ * directory and a link renamed over the destination).
  *
  * Every state change past "staged" is a journal file <id>.ckpt (written to
  * a temporary name, fsynced, renamed, directory fsynced), so a restart or
  * SIGKILL resumes each unpublished drain from its staged copy.  A drain
  * that fails (the destination gone, EIO, ENOSPC on the DFS) keeps the
  * staged copy and is retried with a back-off (1 s doubling to 30 s).
+ * Up to [checkpoint] drains drain at once, within drain_bandwidth
+ * together; per destination one at a time, oldest first, and a published
+ * checkpoint supersedes the older ones for its destination not yet
+ * published (dropped, never renamed over it): a destination only moves
+ * to newer bytes.
  * Staging space is reserved up front ([checkpoint] capacity and an
  * fallocate of the whole size), so a full tier refuses a new checkpoint
  * with ENOSPC instead of losing one.
@@ -41,6 +48,7 @@ typedef enum ckpt_state {
     CKPT_REPLICATED,            /* and a second copy in replica_dir, fsynced */
     CKPT_PUBLISHED,             /* at its destination, renamed, directory fsynced */
     CKPT_FAILED,                /* the staged copy is lost (its checksum failed): never published */
+    CKPT_SUPERSEDED,            /* a newer one for its destination was published first: dropped */
 } ckpt_state;
 
 /* Name of a state ("staged", "local", ...). */
@@ -58,7 +66,8 @@ typedef struct ckpt_config {
     const char *dir;            /* the staging directory (made if missing) */
     const char *replica_dir;    /* "" or NULL: no replica */
     uint64_t capacity;          /* bytes of checkpoints not yet published, at most */
-    uint64_t bandwidth;         /* drain bytes per second; 0 unlimited */
+    uint64_t bandwidth;         /* drain bytes per second, all drains together; 0 unlimited */
+    unsigned drains;            /* checkpoints draining at once, at most (0 taken as 1) */
     int demand;                 /* drains on the demand queue (else background) */
     const char (*roots)[PATH_MAX]; /* [source] roots, by index (borrowed) */
     int nroots;
@@ -80,7 +89,9 @@ typedef struct ckpt_info {
     uid_t uid;
     unsigned attempts;          /* drains that failed */
     int durable;                /* replicated (or published) */
-    const char *error;          /* the last drain's failure, "" if none */
+    uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published; else 0 */
+    int set;                    /* a set of files (published as a link to a generation) */
+    const char *error;          /* the last drain's failure (or what superseded it), "" if none */
 } ckpt_info;
 
 typedef struct ckpts ckpts;
@@ -99,7 +110,9 @@ typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char
 /*
  * Stage a checkpoint of fd (taken: closed by the module) for norm (a
  * lexically checked destination under root index root; taken), written
- * as cred.  cb runs on the loop when it is local or refused.  Refused at
+ * as cred; set 1: fd holds a set container (proto/ckset.h) published by
+ * setpub.h (a generation directory and a link at norm), -EINVAL through cb
+ * if its header is malformed.  cb runs on the loop when it is local or refused.  Refused at
  * once (-errno, err set, cb never runs, norm and fd still the caller's):
  * -EINVAL (not a readable regular file or memfd, a path with control
  * characters), -EBUSY (a memfd still mapped writable), -ENOSPC (staging
@@ -107,8 +120,8 @@ typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char
  * (the peer may not create the destination), -ENOENT (its directory is
  * missing), -EPERM (the daemon cannot act as the peer), -ENOSPC, -EIO.
  */
-int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, ckpt_put_cb cb,
-             void *arg, char *err, size_t errlen);
+int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
+             ckpt_put_cb cb, void *arg, char *err, size_t errlen);
 
 /* Call fn for each checkpoint (of uid only unless uid is (uid_t)-1; of id
  * only unless id is 0), oldest first, until it returns < 0 (returned). */

@@ -151,8 +151,11 @@ static const config_key config_keys[] = {
       "16G", "bytes of checkpoints staged under [nvme] path/checkpoints and not yet published; a "
       "checkpoint that does not fit is refused (ENOSPC); 0 turns checkpoints off", CONFIG_RESTART },
     { "checkpoint", "drain_bandwidth", KT_SIZE, 0, FIELD(ckpt_bandwidth), 0, UINT64_MAX, NULL,
-      "0", "bytes per second checkpoint drains write to the DFS (replica and destination); 0: "
-      "unlimited", CONFIG_RESTART },
+      "0", "bytes per second checkpoint drains write to the DFS (replica and destination), all "
+      "drains together; 0: unlimited", CONFIG_RESTART },
+    { "checkpoint", "drains", KT_INT, 0, FIELD(ckpt_drains), 1, 64, NULL,
+      "2", "checkpoints drained at once, at most (per destination one at a time, oldest first)",
+      CONFIG_RESTART },
     { "checkpoint", "drain_priority", KT_CHOICE, 0, FIELD(ckpt_priority), 0, 0, ckpt_priorities,
       "background", "I/O queue of the drains: background (behind every read) or demand", CONFIG_RESTART },
     { "checkpoint", "replica_dir", KT_PATH, KF_EMPTY_OK, FIELD(ckpt_replica_dir), 0, 0, NULL,

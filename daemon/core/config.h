@@ -62,7 +62,8 @@ typedef struct gr_config {
     uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
     /* [checkpoint] */
     uint64_t ckpt_capacity;    /* bytes of checkpoints staged and not yet published; 0 = off */
-    uint64_t ckpt_bandwidth;   /* drain bytes per second; 0 = unlimited */
+    uint64_t ckpt_bandwidth;   /* drain bytes per second, all drains together; 0 = unlimited */
+    int ckpt_drains;           /* checkpoints draining at once, at most */
     char ckpt_priority[16];    /* background | demand: the I/O queue drains use */
     char ckpt_replica_dir[PATH_MAX]; /* second copy before publishing; "" = none */
     /* [metrics] */

@@ -49,6 +49,7 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
     server *s = c->srv;
     const char *dest = NULL;
     uint32_t dest_len = 0;
+    int set = -1;
     char err[320] = "", *norm = NULL;
     size_t off = 0;
     ckpt_cred cred;
@@ -60,6 +61,8 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
         if (proto_rec_is(&r, "dest") && r.kind == PROTO_REC_STR && !dest) {
             dest = r.str;
             dest_len = r.len;
+        } else if (proto_rec_is(&r, "set") && r.kind == PROTO_REC_U64 && set < 0 && r.u64 <= 1) {
+            set = (int)r.u64;
         } else {
             snprintf(err, sizeof(err), "unexpected field \"%.*s\" (or repeated, or of the wrong kind)",
                      (int)(r.name_len > 64 ? 64 : r.name_len), r.name);
@@ -101,7 +104,7 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
     req->c = conn_ref(c);
     req->req_id = m->h.req_id;
     c->inflight++;
-    rc = ckpt_put(s->d.ck, &cred, norm, root, fds[0], put_reply, req, err, sizeof(err));
+    rc = ckpt_put(s->d.ck, &cred, norm, root, fds[0], set > 0, put_reply, req, err, sizeof(err));
     if (rc < 0) {
         c->inflight--;
         conn_unref(&req->c);
@@ -136,6 +139,10 @@ static int list_put(void *arg, const ckpt_info *i)
     U("attempts", i->attempts);
     U("durable", (uint64_t)i->durable);
     U("xxh3", i->hash);
+    if (i->superseded_by)
+        U("superseded_by", i->superseded_by);
+    if (i->set)
+        U("set", 1);
     if (i->error[0])
         S("error", i->error);
 #undef U

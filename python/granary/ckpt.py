@@ -12,7 +12,9 @@ returns once the daemon has the bytes fsynced on the node's NVMe; the daemon
 publishes the destination in the background, written as the calling user,
 through a temporary file and a rename, so that a reader never sees it
 half-written.  ``status`` and ``wait`` follow a checkpoint's state:
-"staged", "local", "replicated", "published" ("failed": lost).
+"staged", "local", "replicated", "published" ("failed": lost;
+"superseded": dropped unpublished, a newer checkpoint for the same
+destination was published first).
 """
 import ctypes
 import errno as _errno
@@ -22,7 +24,7 @@ import pickle
 import granary
 from granary._lib import lib as _lib
 
-STATES = ("staged", "local", "replicated", "published", "failed")
+STATES = ("staged", "local", "replicated", "published", "failed", "superseded")
 
 
 class _Info(ctypes.Structure):
@@ -42,12 +44,21 @@ _sig = {
     "gr_ckpt_status": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.POINTER(_Info)]),
     "gr_ckpt_wait": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]),
 }
+_set_sig = {
+    "gr_ckpt_set_create": (_vp, [_vp, _cp]),
+    "gr_ckpt_set_add_fd": (ctypes.c_int, [_vp, _cp, ctypes.c_int]),
+    "gr_ckpt_set_commit": (ctypes.c_int, [_vp]),
+    "gr_ckpt_set_id": (ctypes.c_uint64, [_vp]),
+    "gr_ckpt_set_free": (None, [ctypes.POINTER(_vp)]),
+}
 _have = all(hasattr(_lib, n) for n in _sig)
-if _have:
-    for _n, (_res, _args) in _sig.items():
-        _f = getattr(_lib, _n)
-        _f.restype = _res
-        _f.argtypes = _args
+_have_set = _have and all(hasattr(_lib, n) for n in _set_sig)
+for _table, _ok in ((_sig, _have), (_set_sig, _have_set)):
+    if _ok:
+        for _n, (_res, _args) in _table.items():
+            _f = getattr(_lib, _n)
+            _f.restype = _res
+            _f.argtypes = _args
 
 _default_client = None
 
@@ -103,6 +114,48 @@ def save(obj, dest, client=None, saver=None, wait=False, timeout=None):
     return cid
 
 
+def save_set(objs, dest, client=None, saver=None, wait=False, timeout=None):
+    """Serialise each value of objs (a dict: file name -> object, e.g. one
+    shard per rank) with saver(obj, fileobj) into a file of that name, and
+    stage them as one checkpoint set for dest: once published, dest is a
+    symbolic link to a directory holding all of them (and a MANIFEST), and
+    a reader that opens dest once sees one whole set, never files of two.
+    Returns the set's id once it is on the node's NVMe (wait=True: once
+    published).  Names: no '/', not "MANIFEST".  OSError on refusal as for
+    save (EISDIR: dest is a directory, not a set's link)."""
+    _need()
+    if not _have_set:
+        raise OSError(_errno.ENOSYS, "this libgranary has no checkpoint set calls")
+    if not objs:
+        raise ValueError("a checkpoint set needs at least one file")
+    c = _client(client)
+    h = c._handle()
+    path = os.path.abspath(os.fspath(dest))
+    s = _lib.gr_ckpt_set_create(h, os.fsencode(path))
+    if not s:
+        raise granary._error(h, path)
+    sp = _vp(s)
+    try:
+        for name, obj in objs.items():
+            fd = os.memfd_create("granary-shard", os.MFD_CLOEXEC)
+            try:
+                with os.fdopen(os.dup(fd), "wb") as f:
+                    (saver or _default_saver)(obj, f)
+                if _lib.gr_ckpt_set_add_fd(s, os.fsencode(name), fd) < 0:
+                    e = ctypes.get_errno() or _errno.EINVAL
+                    raise OSError(e, "%s: not added to the set (%s)" % (name, os.strerror(e)))
+            finally:
+                os.close(fd)
+        if _lib.gr_ckpt_set_commit(s) < 0:
+            raise granary._error(h, path)
+        cid = _lib.gr_ckpt_set_id(s)
+    finally:
+        _lib.gr_ckpt_set_free(ctypes.byref(sp))
+    if wait:
+        globals()["wait"](cid, client=c, timeout=timeout)
+    return cid
+
+
 def status(cid, client=None):
     """The checkpoint's state as a dict: id, state, durable, size, drained,
     attempts, uid, dest, error.  FileNotFoundError for an unknown id."""
@@ -112,7 +165,7 @@ def status(cid, client=None):
     info = _Info()
     if _lib.gr_ckpt_status(h, cid, ctypes.byref(info)) < 0:
         raise granary._error(h)
-    return {"id": info.id, "state": STATES[info.state] if 0 <= info.state < 5 else "?",
+    return {"id": info.id, "state": STATES[info.state] if 0 <= info.state < len(STATES) else "?",
             "durable": bool(info.durable), "size": info.size, "drained": info.drained,
             "attempts": info.attempts, "uid": info.uid,
             "dest": os.fsdecode(info.dest), "error": info.error.decode("utf-8", "replace")}
@@ -121,7 +174,8 @@ def status(cid, client=None):
 def wait(cid, state="published", client=None, timeout=None):
     """Wait until the checkpoint reaches state ("local", "replicated",
     "published"); TimeoutError after timeout seconds (None: forever), OSError
-    EIO if it failed."""
+    EIO if it failed, ESTALE if it was superseded (a newer checkpoint for the
+    same destination was published instead)."""
     _need()
     c = _client(client)
     h = c._handle()

@@ -51,6 +51,26 @@ class TestCkpt(unittest.TestCase):
         with open(dest, "rb") as f:
             self.assertEqual(f.read(), payload)
 
+    def test_save_set_publishes_every_shard_together(self):
+        shards = {"rank%d.pkl" % r: {"rank": r, "w": os.urandom(50000 + r)} for r in range(4)}
+        dest = os.path.join(ROOT, "py-set")
+        cid = gck.save_set(shards, dest, client=self.c, wait=True, timeout=60)
+        self.assertTrue(os.path.islink(dest))
+        self.assertEqual(os.readlink(dest), "py-set.granary-gen-%d" % cid)
+        d = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)    # resolved once
+        try:
+            names = sorted(os.listdir(d))
+            self.assertEqual(names, sorted(list(shards) + ["MANIFEST"]))
+            if not self._torch():
+                for name, obj in shards.items():
+                    with open(os.open(name, os.O_RDONLY, dir_fd=d), "rb") as f:
+                        self.assertEqual(pickle.load(f), obj)
+        finally:
+            os.close(d)
+        self.assertEqual(gck.status(cid, client=self.c)["state"], "published")
+        with self.assertRaises(OSError):
+            gck.save_set({"a/b": 1}, dest, client=self.c)
+
     def test_refused_outside_the_roots(self):
         with self.assertRaises(PermissionError):
             gck.save({"x": 1}, "/granary-no-root/ckpt.pkl", client=self.c)
