@@ -154,7 +154,7 @@ static const config_key config_keys[] = {
       "0", "bytes per second checkpoint drains write to the DFS (replica and destination), all "
       "drains together; 0: unlimited", CONFIG_RESTART },
     { "checkpoint", "drains", KT_INT, 0, FIELD(ckpt_drains), 1, 64, NULL,
-      "2", "checkpoints drained at once, at most (per destination one at a time, oldest first)",
+      "1", "checkpoints drained at once, at most (per destination one at a time, oldest first)",
       CONFIG_RESTART },
     { "checkpoint", "drain_priority", KT_CHOICE, 0, FIELD(ckpt_priority), 0, 0, ckpt_priorities,
       "background", "I/O queue of the drains: background (behind every read) or demand", CONFIG_RESTART },
