@@ -1716,20 +1716,11 @@ static int cmd_ckpt(int argc, char **argv)
 
 /* ---- peers ---- */
 
-static uint64_t field_num(const gr_field *f, size_t n, const char *name)
+/* A text field for printing: "" if absent. */
+static const char *ftext_or_empty(const gr_field *f, size_t n, const char *name)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!f[i].is_text && !strcmp(f[i].name, name))
-            return f[i].num;
-    return 0;
-}
-
-static const char *field_text(const gr_field *f, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (f[i].is_text && !strcmp(f[i].name, name))
-            return f[i].text;
-    return "";
+    const char *t = ftext(f, n, name);
+    return t ? t : "";
 }
 
 /* One member's records (from its "name" to the next) as a table row or a
@@ -1752,14 +1743,14 @@ static void print_peer(const gr_field *f, size_t n, int json, int first)
         printf("}");
         return;
     }
-    gr__size_format(field_num(f, n, "bytes"), b1, sizeof(b1));
-    gr__size_format(field_num(f, n, "served_bytes"), b2, sizeof(b2));
+    gr__size_format(fnum(f, n, "bytes"), b1, sizeof(b1));
+    gr__size_format(fnum(f, n, "served_bytes"), b2, sizeof(b2));
     printf("%-24s %-7s %-5s %8" PRIu64 " %9s %6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %7" PRIu64
            " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %9s\n",
-           field_text(f, n, "name"), field_text(f, n, "state"), field_text(f, n, "transport"),
-           field_num(f, n, "hits"), b1, field_num(f, n, "misses"), field_num(f, n, "errors"),
-           field_num(f, n, "timeouts"), field_num(f, n, "corrupt"), field_num(f, n, "p50_us"),
-           field_num(f, n, "p99_us"), field_num(f, n, "served"), b2);
+           ftext_or_empty(f, n, "name"), ftext_or_empty(f, n, "state"), ftext_or_empty(f, n, "transport"),
+           fnum(f, n, "hits"), b1, fnum(f, n, "misses"), fnum(f, n, "errors"),
+           fnum(f, n, "timeouts"), fnum(f, n, "corrupt"), fnum(f, n, "p50_us"),
+           fnum(f, n, "p99_us"), fnum(f, n, "served"), b2);
 }
 
 static int cmd_peers(int argc, char **argv)
