@@ -546,9 +546,10 @@ START_TEST(test_dram_epoch_refused_kept)
     }
     fprintf(stderr, "epoch, 3 shuffled passes of 4 clients in 4K reads: %llu heap fallbacks\n",
             (unsigned long long)(tu_stat(&d, "dram_heap_fallbacks") - fb0));
-    /* Without NOKEEP 113-125 here; with it 3-9 on a quiet machine and 38
-     * once during a full `make test` (RELEASEs arrive late under load). */
-    ck_assert_uint_le(tu_stat(&d, "dram_heap_fallbacks") - fb0, 64);
+    /* Without NOKEEP 113-125 here; with it 3-15 on a quiet machine, 38
+     * during a full `make test` and 44-49 with the daemon under valgrind
+     * (RELEASEs arrive late when the daemon is slow). */
+    ck_assert_uint_le(tu_stat(&d, "dram_heap_fallbacks") - fb0, 96);
     for (int i = 0; i < CLIENTS; i++)
         gr_disconnect(c[i]);
 }
