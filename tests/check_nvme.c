@@ -471,6 +471,55 @@ START_TEST(test_stats_without_lock)
 }
 END_TEST
 
+/*
+ * A device whose reads fail while its writes go through goes offline: each
+ * failed read sends its chunk to the source, whose write-behind is a
+ * successful put, and that once reset the count of failures between any
+ * two reads (test_faults.sh saw the tier stay "ok" now and then).  The
+ * 100 KiB chunks' data file is replaced by a directory (pread: EISDIR), the
+ * 400 KiB chunks' file stays good.
+ */
+START_TEST(test_read_errors_offline_despite_writes)
+{
+    fixture f;
+    nvme_stats st;
+    int dfd, small = -1;
+
+    fx_init(&f, 64 * MIB, 16 * KIB, MIB);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(put(&f, 7, (uint64_t)i, 100 * KIB), 0);
+    for (int c = 0; c < f.s->ncls; c++)
+        if (f.s->cls[c].nslots > 0)
+            small = c;
+    ck_assert_int_ge(small, 0);
+    dfd = open(f.dir, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(dfd, 0);
+    ck_assert_int_ge(dup2(dfd, f.s->cls[small].fd), 0);
+    close(dfd);
+    for (int i = 0; i < ST_FAIL_STREAK; i++) {
+        ck_assert_int_eq(get_check(&f, 7, (uint64_t)i, 100 * KIB), -EIO);
+        if (i + 1 < ST_FAIL_STREAK)
+            ck_assert_int_eq(put(&f, 8, (uint64_t)i, 400 * KIB), 0);
+    }
+    nvme_get_stats(f.s, &st);
+    ck_assert_int_eq(st.state, NVME_STATE_OFFLINE);
+    ck_assert_uint_ge(st.io_errors, ST_FAIL_STREAK);
+    /* A write that goes through while reads still fail does not bring it
+     * back: once the back-off is over, the put probes, goes through, and
+     * the tier stays offline. */
+    f.s->retry_ns = 0;
+    ck_assert_int_eq(put(&f, 8, 10, 400 * KIB), 0);
+    nvme_get_stats(f.s, &st);
+    ck_assert_int_eq(st.state, NVME_STATE_OFFLINE);
+    /* A read that works does. */
+    f.s->retry_ns = 0;
+    ck_assert_int_eq(get_check(&f, 8, 0, 400 * KIB), 0);
+    nvme_get_stats(f.s, &st);
+    ck_assert_int_eq(st.state, NVME_STATE_OK);
+    fx_done(&f);
+}
+END_TEST
+
 START_TEST(test_lru_order_survives_restart)
 {
     fixture f;
@@ -1281,6 +1330,7 @@ static Suite *nvme_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_roundtrip_sizes);
     tcase_add_test(tc, test_miss_and_errors);
+    tcase_add_test(tc, test_read_errors_offline_despite_writes);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_replace);
     tcase_add_test(tc, test_warm_restart);

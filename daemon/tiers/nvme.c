@@ -360,12 +360,16 @@ static int st_usable_locked(nvme_tier *s, int put)
     return 1;
 }
 
-/* Account the outcome of one device operation (rc 0 or -errno). */
-static void st_note_locked(nvme_tier *s, int rc)
+/*
+ * Account the outcome of one device operation on side (ST_SIDE_*; rc 0 or
+ * -errno).  A success brings the tier back only if the other side is not
+ * failing too: a write going through says nothing of reads that fail.
+ */
+static void st_note_locked(nvme_tier *s, int side, int rc)
 {
     if (rc == 0) {
-        s->err_streak = 0;
-        if (s->state != NVME_STATE_OK) {
+        s->err_streak[side] = 0;
+        if (s->state != NVME_STATE_OK && s->err_streak[!side] < ST_FAIL_STREAK) {
             log_warn("nvme: %s is back (was %s)", s->path, nvme_state_name(s->state));
             s->state = NVME_STATE_OK;
             s->backoff_ns = ST_BACKOFF_MIN_NS;
@@ -376,12 +380,13 @@ static void st_note_locked(nvme_tier *s, int rc)
         return;
     if (rc == -ENOSPC || rc == -EDQUOT)
         s->st.space_errors++;
-    if (++s->err_streak < ST_FAIL_STREAK && s->state == NVME_STATE_OK)
+    if (++s->err_streak[side] < ST_FAIL_STREAK && s->state == NVME_STATE_OK)
         return;
     if (s->state == NVME_STATE_OK) {
         s->backoff_ns = ST_BACKOFF_MIN_NS;
-        log_error("nvme: %s: %s; the NVMe tier is %s, serving from DRAM and the source",
-                  s->path, strerror(-rc), rc == -ENOSPC || rc == -EDQUOT ? "full" : "offline");
+        log_error("nvme: %s: %s %s; the NVMe tier is %s, serving from DRAM and the source",
+                  s->path, side == ST_SIDE_READ ? "reading" : "writing", strerror(-rc),
+                  rc == -ENOSPC || rc == -EDQUOT ? "full" : "offline");
     } else if (s->backoff_ns < ST_BACKOFF_MAX_NS) {
         s->backoff_ns *= 2;             /* a failed probe */
     }
@@ -395,10 +400,10 @@ static void st_note_locked(nvme_tier *s, int rc)
     s->retry_ns = gr__now_ns() + s->backoff_ns;
 }
 
-static void st_note(nvme_tier *s, int rc)
+static void st_note(nvme_tier *s, int side, int rc)
 {
     pthread_mutex_lock(&s->lock);
-    st_note_locked(s, rc);
+    st_note_locked(s, side, rc);
     nvme__unlock(s);
 }
 
@@ -775,7 +780,7 @@ int nvme_get(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], void *buf, size_t c
         nvme__unlock(s);
 
         rc = st_read_entry(s, e, buf);
-        st_note(s, rc);
+        st_note(s, ST_SIDE_READ, rc);
         if (rc == 0) {
             *len = e->len;
             st_unref(s, e, &s->st.hits);
@@ -909,7 +914,7 @@ int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, s
     e->csum = XXH3_64bits(data, len);
 
     if (c && (rc = st_write_slot(s, c, e->slot, data, alen)) < 0) {
-        st_note(s, rc);
+        st_note(s, ST_SIDE_WRITE, rc);
         goto fail_unreserve;
     }
 
@@ -933,11 +938,11 @@ int nvme_put(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], const void *data, s
     }
     if (rc < 0) {
         pthread_mutex_unlock(stripe);
-        st_note(s, rc);
+        st_note(s, ST_SIDE_WRITE, rc);
         goto fail_unreserve;
     }
     pthread_mutex_lock(&s->lock);
-    st_note_locked(s, 0);
+    st_note_locked(s, ST_SIDE_WRITE, 0);
     if ((old = nvme__find_locked(s, key))) {
         /* Its 'C' record was just overwritten (settled garbage) and needs
          * no tombstone; its 'A' record, if any, now belongs to the new
