@@ -87,8 +87,12 @@ int gr_ckpt_fd(gr_ckpt *k)
 typedef struct put_arg {
     const char *dest;
     int set;                    /* the fd holds a set container */
+    int early;                  /* ask for "ack staged" */
     uint64_t id;
+    int state;                  /* the reply's: GR_CKPT_STAGED or GR_CKPT_LOCAL */
 } put_arg;
+
+static int state_of(const char *s);
 
 static long put_enc(void *arg, uint8_t *buf, size_t cap, uint32_t id)
 {
@@ -100,6 +104,8 @@ static long put_enc(void *arg, uint8_t *buf, size_t cap, uint32_t id)
                        strlen(a->dest));
     if (rc == 0 && a->set)
         rc = proto_rec_u64(buf + PROTO_HDR_LEN, cap - PROTO_HDR_LEN, &off, "set", 1);
+    if (rc == 0 && a->early)
+        rc = proto_rec_str(buf + PROTO_HDR_LEN, cap - PROTO_HDR_LEN, &off, "ack", "staged", 6);
     if (rc < 0)
         return rc;
     return proto_enc_ckpt_put(buf, cap, id, buf + PROTO_HDR_LEN, off);
@@ -111,33 +117,54 @@ static int put_dec(void *arg, const proto_msg *m)
     size_t off = 0;
     proto_rec r;
 
-    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1)
-        if (proto_rec_is(&r, "id") && r.kind == PROTO_REC_U64)
+    a->state = GR_CKPT_LOCAL;
+    while (proto_rec_next(m->u.recs.p, m->u.recs.len, &off, &r) == 1) {
+        if (proto_rec_is(&r, "id") && r.kind == PROTO_REC_U64) {
             a->id = r.u64;
-    return a->id ? 0 : -EPROTO;
+        } else if (proto_rec_is(&r, "state") && r.kind == PROTO_REC_STR && r.len < 16) {
+            char st[16];
+            memcpy(st, r.str, r.len);
+            st[r.len] = '\0';
+            a->state = state_of(st);
+        }
+    }
+    return a->id && (a->state == GR_CKPT_STAGED || a->state == GR_CKPT_LOCAL) ? 0 : -EPROTO;
 }
 
-static int put(gr_client *c, int fd, const char *dest, int set, uint64_t *id)
+/* The state acknowledged (GR_CKPT_STAGED only when early), or -1. */
+static int put(gr_client *c, int fd, const char *dest, int set, int early, uint64_t *id)
 {
-    put_arg a = { dest, set, 0 };
+    put_arg a = { dest, set, early, 0, GR_CKPT_LOCAL };
 
     if (gr__call_fd(c, PROTO_OP_CKPT_PUT, fd, put_enc, put_dec, &a) < 0)
         return -1;
     *id = a.id;
-    return 0;
+    return a.state;
 }
 
-int gr_ckpt_commit(gr_ckpt *k)
+static int commit(gr_ckpt *k, int early)
 {
+    int st;
+
     if (!k || k->fd < 0) {
         errno = EBADF;
         return -1;
     }
-    if (put(k->c, k->fd, k->dest, 0, &k->id) < 0)
+    if ((st = put(k->c, k->fd, k->dest, 0, early, &k->id)) < 0)
         return -1;
     close(k->fd);
     k->fd = -1;
-    return 0;
+    return st;
+}
+
+int gr_ckpt_commit(gr_ckpt *k)
+{
+    return commit(k, 0) < 0 ? -1 : 0;
+}
+
+int gr_ckpt_commit_staged(gr_ckpt *k)
+{
+    return commit(k, 1);
 }
 
 gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest)
@@ -155,7 +182,7 @@ gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest)
     k->c = c;
     k->fd = -1;
     memcpy(k->dest, dest, len + 1);
-    if (put(c, fd, dest, 0, &k->id) < 0) {
+    if (put(c, fd, dest, 0, 0, &k->id) < 0) {
         int e = errno;
         free(k);
         errno = e;
@@ -424,7 +451,7 @@ int gr_ckpt_set_add_fd(gr_ckpt_set *s, const char *name, int fd)
     return 0;
 }
 
-int gr_ckpt_set_commit(gr_ckpt_set *s)
+static int set_commit(gr_ckpt_set *s, int early)
 {
     size_t *lens = NULL, hl;
     uint8_t *hdr = NULL, *buf = NULL;
@@ -474,11 +501,10 @@ int gr_ckpt_set_commit(gr_ckpt_set *s)
         fallocate(s->data, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, r);
         off += (uint64_t)r;
     }
-    if (put(s->c, out, s->dest, 1, &s->id) < 0)
+    if ((rc = put(s->c, out, s->dest, 1, early, &s->id)) < 0)
         goto done;
     close(s->data);
     s->data = -1;
-    rc = 0;
 done:
     e = errno;
     if (rc < 0 && s->data >= 0 && s->len) {
@@ -492,6 +518,16 @@ done:
     free(buf);
     errno = e;
     return rc;
+}
+
+int gr_ckpt_set_commit(gr_ckpt_set *s)
+{
+    return set_commit(s, 0) < 0 ? -1 : 0;
+}
+
+int gr_ckpt_set_commit_staged(gr_ckpt_set *s)
+{
+    return set_commit(s, 1);
 }
 
 uint64_t gr_ckpt_set_id(const gr_ckpt_set *s)

@@ -437,7 +437,8 @@ int gr_gpu_info(gr_client *c, char *buf, size_t len);
  * shim) reads the new checkpoint from its staged copy, for the writer and
  * for whoever could read the published file (docs/ARCHITECTURE.md).
  */
-#define GR_CKPT_STAGED     0   /* on the node, not yet acknowledged */
+#define GR_CKPT_STAGED     0   /* on the node, not yet acknowledged (or, committed with
+                                * gr_ckpt_commit_staged, in the daemon's memory only) */
 #define GR_CKPT_LOCAL      1   /* on the node's NVMe, fsynced */
 #define GR_CKPT_REPLICATED 2   /* and in the second failure domain (replica_dir) */
 #define GR_CKPT_PUBLISHED  3   /* at its destination */
@@ -481,6 +482,20 @@ int gr_ckpt_fd(gr_ckpt *k);
  * further writes fail with EPERM).
  */
 int gr_ckpt_commit(gr_ckpt *k);
+/*
+ * As gr_ckpt_commit, but return as soon as the daemon holds the bytes:
+ * it has sealed the memfd, checked and created the destination's
+ * temporary as the caller, and reserved the space on NVMe; the copy to
+ * NVMe, the drain and the publish go on behind.  Returns the state
+ * acknowledged: GR_CKPT_STAGED, or GR_CKPT_LOCAL when the daemon's
+ * [checkpoint] memory was taken by other early puts (it then answered once
+ * local); -1 with errno as gr_ckpt_commit.  Until the checkpoint is local
+ * it lives in the daemon's memory only: a daemon killed meanwhile loses it
+ * (gr_ckpt_status then says failed, "lost"), as does an NVMe copy that
+ * fails.  gr_ckpt_wait(c, id, GR_CKPT_LOCAL, ...) waits for it to survive
+ * the daemon.  Reads of dest through the daemon see the new bytes at once.
+ */
+int gr_ckpt_commit_staged(gr_ckpt *k);
 /* Stage the bytes of fd (a readable regular file; borrowed) for dest, as
  * commit does: a committed handle, or NULL with errno.  granaryctl put. */
 gr_ckpt *gr_ckpt_put_fd(gr_client *c, int fd, const char *dest);
@@ -532,6 +547,9 @@ int gr_ckpt_set_add_fd(gr_ckpt_set *s, const char *name, int fd);
  * is released as it is sent, so after a failure it cannot be committed
  * again (EBADF): build it anew. */
 int gr_ckpt_set_commit(gr_ckpt_set *s);
+/* The same, acknowledged early as gr_ckpt_commit_staged: GR_CKPT_STAGED or
+ * GR_CKPT_LOCAL, or -1 with errno. */
+int gr_ckpt_set_commit_staged(gr_ckpt_set *s);
 /* The daemon's id of a committed set (0 before). */
 uint64_t gr_ckpt_set_id(const gr_ckpt_set *s);
 /* Free s, committed or not.  NULL-safe. */

@@ -317,6 +317,7 @@ int main(int argc, char **argv)
         char dir[PATH_MAX + 16];
         ckpt_config kc = {
             .dir = dir, .replica_dir = cfg.ckpt_replica_dir, .capacity = cfg.ckpt_capacity,
+            .memory = cfg.ckpt_memory,
             .bandwidth = cfg.ckpt_bandwidth, .drains = (unsigned)cfg.ckpt_drains,
             .demand = !strcmp(cfg.ckpt_priority, "demand"),
             .roots = (const char (*)[PATH_MAX])cfg.roots, .nroots = cfg.nroots,

@@ -115,6 +115,37 @@ if st == 0:
 else:
     print("FAIL STATS after the hostile requests: %d" % st)
     fails += 1
+# "ack" (PROTOCOL.md, CKPT_PUT): "staged" or "local", once, a string.
+expect("CKPT_PUT with ack of an unknown value", call(s, OP_CKPT_PUT, dest + rec_str("ack", "now"),
+       [memfd]), errno.EINVAL)
+expect("CKPT_PUT with ack twice", call(s, OP_CKPT_PUT, dest + rec_str("ack", "staged") * 2,
+       [memfd]), errno.EINVAL)
+expect("CKPT_PUT with ack of the wrong kind", call(s, OP_CKPT_PUT, dest + rec_u64("ack", 1),
+       [memfd]), errno.EINVAL)
+expect("CKPT_PUT with ack as a prefix of staged", call(s, OP_CKPT_PUT, dest + rec_str("ack", "stage"),
+       [memfd]), errno.EINVAL)
+# An early put of a fresh memfd: acknowledged "staged", without an xxh3
+# (not computed yet); a plain file asking for it is acknowledged "local".
+early = os.memfd_create("probe-early", os.MFD_ALLOW_SEALING)
+os.write(early, b"e" * 100000)
+st, body = call(s, OP_CKPT_PUT, rec_str("dest", root + "/probe-early.ckpt") + rec_str("ack", "staged"),
+                [early])
+if st == 0 and b"staged" in body and b"xxh3" not in body:
+    print("ok   CKPT_PUT ack staged of a sealed memfd is acknowledged staged, no xxh3 yet")
+else:
+    print("FAIL CKPT_PUT ack staged: %d %r" % (st, body))
+    fails += 1
+plain = os.open(root + "/probe-plain.src", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(plain, b"p" * 5000)
+st, body = call(s, OP_CKPT_PUT, rec_str("dest", root + "/probe-plain.ckpt") + rec_str("ack", "staged"),
+                [plain])
+if st == 0 and b"local" in body and b"xxh3" in body:
+    print("ok   CKPT_PUT ack staged of a plain file is acknowledged local (its bytes could change)")
+else:
+    print("FAIL CKPT_PUT ack staged of a plain file: %d %r" % (st, body))
+    fails += 1
+os.close(plain)
+os.unlink(root + "/probe-plain.src")
 # A sealed memfd staged through the raw protocol is accepted.
 st, body = call(s, OP_CKPT_PUT, dest, [memfd])
 if st == 0 and b"id" in body:

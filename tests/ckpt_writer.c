@@ -2,10 +2,13 @@
  * ckpt_writer.c - build/tests/ckpt_writer: writes a checkpoint of a known
  * pattern, for tests/test_ckpt.sh and bench/ckpt.sh.
  *
- *   ckpt_writer put SOCKET DEST SIZE SEED [wait]   through libgranary's
- *       gr_ckpt_create/pwrite/commit (4 MiB writes); prints "acked ID" once
- *       the daemon has it local, "published ID" after wait; "blocked_s X":
- *       seconds from the first write to commit's return
+ *   ckpt_writer put SOCKET DEST SIZE SEED [wait|staged|staged-wait|staged-only]   through
+ *       libgranary's gr_ckpt_create/pwrite/commit (4 MiB writes); prints
+ *       "acked ID" once the daemon has it local (staged: gr_ckpt_commit_staged,
+ *       once it holds the bytes; then "state S", the state acknowledged, and
+ *       "local_s X", seconds until it was local, unless staged-only), "published
+ *       ID" after wait;
+ *       "blocked_s X": seconds from the first write to commit's return
  *   ckpt_writer direct PATH SIZE SEED               pwrite + fsync, the same
  *       bytes ("blocked_s X": first write to fsync's return)
  *   ckpt_writer check PATH SIZE SEED                exit 0 if PATH holds exactly them
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "put")) {
         gr_client *c;
         gr_ckpt *k;
+        const char *how = argc > 6 ? argv[6] : "";
+        int early = strstr(how, "staged") != NULL, acked;
         if (argc < 6)
             return 2;
         size = strtoull(argv[4], NULL, 0);
@@ -164,14 +169,25 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        if (gr_ckpt_commit(k) < 0) {
+        acked = early ? gr_ckpt_commit_staged(k) : gr_ckpt_commit(k);
+        if (acked < 0) {
             fprintf(stderr, "ckpt_writer: commit %s: %s (%s)\n", argv[3], gr_strerror_last(c),
                     strerror(errno));
             return errno == EACCES || errno == EPERM ? 4 : 1;
         }
         printf("acked %" PRIu64 "\nblocked_s %.3f\n", gr_ckpt_id(k), now() - t0);
         fflush(stdout);
-        if (argc > 6 && !strcmp(argv[6], "wait")) {
+        if (early)
+            printf("state %s\n", gr_ckpt_state_name(acked));
+        if (early && !strstr(how, "only")) {
+            if (gr_ckpt_wait(c, gr_ckpt_id(k), GR_CKPT_LOCAL, 120000) < 0) {
+                fprintf(stderr, "ckpt_writer: wait for local: %s\n", strerror(errno));
+                return 1;
+            }
+            printf("local_s %.3f\n", now() - t0);
+            fflush(stdout);
+        }
+        if (strstr(how, "wait")) {
             if (gr_ckpt_wait(c, gr_ckpt_id(k), GR_CKPT_PUBLISHED, 120000) < 0) {
                 fprintf(stderr, "ckpt_writer: wait: %s\n", strerror(errno));
                 return 1;

@@ -15,6 +15,7 @@
  *   flip    read, pread: succeed, with the first byte inverted (a lying device)
  *   weio    write, pwrite, fallocate: fail with EIO
  *   wnospc  write, pwrite, fallocate: fail with ENOSPC
+ *   wdelay  write, pwrite, fallocate: sleep ARG milliseconds first
  *   peercred  getsockopt(SO_PEERCRED) on a matching socket ("socket:"): EPERM
  *   clockstep clock_gettime(CLOCK_REALTIME): ARG seconds added (SUBSTRING
  *           is ignored: write "-"), as if the wall clock had been stepped
@@ -37,8 +38,8 @@
 
 #define FI_MAX_RULES 32
 
-/* Read side, then write side (FI_WEIO..FI_WNOSPC), then the others. */
-enum { FI_NONE, FI_EIO, FI_SHORT, FI_EOF, FI_DELAY, FI_FLIP, FI_WEIO, FI_WNOSPC, FI_PEERCRED,
+/* Read side, then write side (FI_WEIO..FI_WDELAY), then the others. */
+enum { FI_NONE, FI_EIO, FI_SHORT, FI_EOF, FI_DELAY, FI_FLIP, FI_WEIO, FI_WNOSPC, FI_WDELAY, FI_PEERCRED,
        FI_CLOCKSTEP };
 
 typedef struct fi_rule {
@@ -90,7 +91,7 @@ static void fi_init(void)
 static int fi_parse_mode(const char *m)
 {
     static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc",
-                                   "peercred", "clockstep" };
+                                   "wdelay", "peercred", "clockstep" };
 
     for (int i = 1; i < (int)(sizeof(names) / sizeof(names[0])); i++)
         if (!strcmp(m, names[i]))
@@ -143,7 +144,7 @@ static void fi_reload_locked(void)
 static void fi_log(int mode, const char *path)
 {
     static const char *names[] = { "", "eio", "short", "eof", "delay", "flip", "weio", "wnospc",
-                                   "peercred", "clockstep" };
+                                   "wdelay", "peercred", "clockstep" };
     const char *log = getenv("FAULTINJECT_LOG");
     char line[600];
     int fd, len;
@@ -235,6 +236,10 @@ static int fi_write_fault(int fd)
     if (mode == FI_WEIO || mode == FI_WNOSPC) {
         errno = mode == FI_WEIO ? EIO : ENOSPC;
         return 1;
+    }
+    if (mode == FI_WDELAY) {
+        struct timespec ts = { arg / 1000, (arg % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
     }
     return 0;
 }

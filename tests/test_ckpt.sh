@@ -124,6 +124,55 @@ check "the retry publishes once writes work" wait_state "$id" published 30
 check "the retried checkpoint is byte-exact (EIO)" $W check "$dir/src/eio/y" 2097152 22
 stop
 
+# ---- acknowledged early (gr_ckpt_commit_staged, CKPT_PUT ack staged) ----
+# The copy to NVMe is slowed by a delay on the daemon's writes of N.data
+# (faultinject wdelay; 600 ms per 4 MiB), so the window between the early
+# acknowledgement and "local" is seconds long: reads of the destination
+# through the daemon see the new bytes in it, a SIGKILL in it leaves the
+# checkpoint failed ("lost") after the restart and the destination as it
+# was, a read error on the memfd after the ack fails it the same way, and a
+# put beyond [checkpoint] memory is acknowledged once local.
+conf "memory = 24M"
+: > "$dir/faults"
+start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
+mkdir -p "$dir/src/early"
+out=$($W put "$dir/sock" "$dir/src/early/a" 6291456 61 staged-wait)
+check "an early put is acknowledged staged and publishes" sh -c "echo '$out' | grep -q '^state staged' && echo '$out' | grep -q '^published'"
+check "  byte-exact" $W check "$dir/src/early/a" 6291456 61
+check "  counted (ckpt_acked_staged)" sh -c "$CTL -s $dir/sock stats | grep -q 'ckpt_acked_staged.* 1$'"
+echo "wdelay .data 600" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+out=$($W put "$dir/sock" "$dir/src/early/a" 16777216 62 staged-only)
+id=$(echo "$out" | sed -n 's/^acked //p')
+st=$(state_of "$id")
+check "acknowledged before it is local (state $st)" sh -c "echo '$out' | grep -q '^state staged' && [ '$st' = staged ]"
+check "  read through the daemon meanwhile: the new bytes" $W read "$dir/sock" "$dir/src/early/a" 16777216 62
+check "  still staged after that read (the window was real)" test "$(state_of "$id")" = staged
+check "  then local and published" wait_state "$id" published 30
+check "  byte-exact" $W check "$dir/src/early/a" 16777216 62
+out=$($W put "$dir/sock" "$dir/src/early/b" 33554432 63 staged)
+check "beyond [checkpoint] memory: acknowledged once local" sh -c "echo '$out' | grep -q '^state local'"
+$W put "$dir/sock" "$dir/src/early/a" 16777216 64 staged-only > "$dir/e.out"
+id=$(sed -n 's/^acked //p' "$dir/e.out")
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
+: > "$dir/faults"
+start || exit 1
+check "killed while staged after an early ack: failed after the restart ($(state_of "$id"))" test "$(state_of "$id")" = failed
+check "  and says it was lost" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'lost'"
+check "  the destination keeps the previous checkpoint" $W check "$dir/src/early/a" 16777216 62
+check "  no staged copy or temporary left" sh -c "[ ! -e $dir/nvme/checkpoints/$id.data ] && ! ls -A $dir/src/early | grep -q granary"
+stop
+: > "$dir/faults"
+start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
+echo "eio memfd:granary-checkpoint" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+$W put "$dir/sock" "$dir/src/early/a" 4194304 65 staged > "$dir/e.out" 2> "$dir/e.err"; rc=$?
+id=$(sed -n 's/^acked //p' "$dir/e.out")
+: > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+check "a copy that fails after the early ack: waiting for local fails" sh -c "[ $rc -ne 0 ] && grep -q '^state staged' $dir/e.out && grep -q 'wait for local' $dir/e.err"
+check "  the checkpoint is failed, with the reason ($(state_of "$id"))" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'failed.*lost.*Input/output'"
+check "  the destination keeps the previous checkpoint (EIO)" $W check "$dir/src/early/a" 16777216 62
+check "  the daemon still stages checkpoints" sh -c "$W put $dir/sock $dir/src/early/c 1048576 66 staged-wait > /dev/null && $W check $dir/src/early/c 1048576 66"
+stop
+
 # ---- one destination, two checkpoints: never older bytes over newer ----
 # The older checkpoint's drain fails (EIO on its own temporary only), the
 # newer one publishes; once writes work again the older must not be renamed

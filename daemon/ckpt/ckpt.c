@@ -73,6 +73,9 @@ typedef struct ck {
     double retry_at;            /* gr__now_s() before which it waits */
     int draining;               /* a drainjob holds it */
     int set;                    /* N.data is a set container (proto/ckset.h), published by setpub */
+    int early;                  /* acknowledged while staged (journal "ack staged") */
+    int mem_fd;                 /* early, acknowledged, not yet local: the put's memfd (its
+                                 * putjob owns it), for reads before local; else -1 */
     uint64_t superseded_by;     /* CKPT_SUPERSEDED: the newer checkpoint published */
     char error[256];
     gr__list link;              /* k->all, by id */
@@ -84,8 +87,12 @@ typedef struct putjob {
     ckpts *k;
     ck *c;
     int fd;
-    ckpt_put_cb cb;
+    ckpt_put_cb cb;             /* NULL once called */
     void *arg;
+    int early;                  /* acknowledge at the ack point, not at local */
+    struct event *ack_ev;       /* early: made active by put_run at the ack point */
+    int past_ack;               /* put_run passed the ack point (read in put_done) */
+    uint64_t hash;              /* put_run's XXH3 (c->hash is the loop's) */
     int rc;
     char err[256];
 } putjob;
@@ -123,6 +130,7 @@ struct ckpts {
     int dir_fd;
     uint64_t next_id;
     uint64_t reserved;          /* bytes of checkpoints not yet published (nor superseded) */
+    uint64_t mem_held;          /* bytes of early puts not yet local (cfg.memory bounds it) */
     gr__list all;               /* every checkpoint remembered, by id */
     unsigned ndone;             /* of them published or superseded */
     gr__list active;            /* drains in flight (drainjob.alink), at most cfg.drains */
@@ -266,7 +274,7 @@ static int write_atomic(int dfd, const char *name, const char *text, size_t len)
 }
 
 /* The journal entry of c in state st. */
-static int journal_write(ckpts *k, const ck *c, ckpt_state st)
+static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
 {
     char name[64], text[PATH_MAX + 1024];
     size_t n;
@@ -283,6 +291,10 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st)
     if (c->superseded_by && n < sizeof(text))
         n += (size_t)snprintf(text + n, sizeof(text) - n, "\nsuperseded_by %" PRIu64,
                               c->superseded_by);
+    if (c->early && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nack staged");
+    if (why && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nerror %.200s", why);
     if (n < sizeof(text))
         n += (size_t)snprintf(text + n, sizeof(text) - n, "\ndest %s\n", c->dest);
     if (n >= sizeof(text))
@@ -404,6 +416,7 @@ static void put_run(wq_job *j)
     putjob *p = (putjob *)j;
     ckpts *k = p->k;
     ck *c = p->c;
+    ck jc;
     char name[64] = "";
     struct stat st0, st1;
     uint8_t *buf = NULL;
@@ -411,8 +424,10 @@ static void put_run(wq_job *j)
     int out = -1, rc, checked = 0, journalled = 0;
 
     /* Journalled as staged first, so that a restart knows which temporary
-     * beside the destination to remove if the put never finished. */
-    rc = journal_write(k, c, CKPT_STAGED);
+     * beside the destination to remove if the put never finished (and,
+     * "ack staged", that an early one was acknowledged: lost, not
+     * silently gone). */
+    rc = journal_write(k, c, CKPT_STAGED, NULL);
     if (rc < 0) {
         snprintf(p->err, sizeof(p->err), "journal in %s: %s", k->dir, strerror(-rc));
         goto fail;
@@ -459,6 +474,13 @@ static void put_run(wq_job *j)
                  strerror(-rc));
         goto fail;
     }
+    /* The ack point of an early put: journalled, the destination created
+     * as the peer, the space taken.  What fails from here is a checkpoint
+     * lost after its acknowledgement (state failed, journalled so). */
+    if (p->early) {
+        p->past_ack = 1;
+        event_active(p->ack_ev, EV_TIMEOUT, 0);
+    }
     for (uint64_t off = 0; off < c->size;) {
         size_t n = c->size - off < CKPT_BUF ? (size_t)(c->size - off) : CKPT_BUF;
         if ((rc = pread_all(p->fd, buf, n, off)) < 0) {
@@ -483,8 +505,10 @@ static void put_run(wq_job *j)
         snprintf(p->err, sizeof(p->err), "fsync %s/%s: %s", k->dir, name, strerror(-rc));
         goto fail;
     }
-    c->hash = XXH3_64bits_digest(xs);
-    rc = journal_write(k, c, CKPT_LOCAL);
+    p->hash = XXH3_64bits_digest(xs);
+    jc = *c;                        /* c->hash is the loop's to set */
+    jc.hash = p->hash;
+    rc = journal_write(k, &jc, CKPT_LOCAL, NULL);
     if (rc < 0) {
         snprintf(p->err, sizeof(p->err), "journal of checkpoint %" PRIu64 ": %s", c->id,
                  strerror(-rc));
@@ -494,16 +518,21 @@ static void put_run(wq_job *j)
     goto out;
 fail:
     p->rc = rc;
+    if (!p->err[0])
+        snprintf(p->err, sizeof(p->err), "%s", strerror(-rc));
     if (out >= 0)
         unlinkat(k->dir_fd, name, 0);
     if (checked)
         dest_unlink_tmp(k, c);
-    if (journalled) {
+    if (journalled && p->past_ack) {
+        /* Acknowledged: it stays in the journal, failed, with the reason
+         * (if even that cannot be written, "staged" with "ack staged" is
+         * read as lost at the next start). */
+        journal_write(k, c, CKPT_FAILED, p->err);
+    } else if (journalled) {
         snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
         unlinkat(k->dir_fd, name, 0);
     }
-    if (!p->err[0])
-        snprintf(p->err, sizeof(p->err), "%s", strerror(-rc));
 out:
     if (out >= 0)
         close(out);
@@ -512,6 +541,7 @@ out:
 }
 
 static void drain_kick(ckpts *k);
+static void prune(ckpts *k);
 
 /* ---- superseding (loop, then an I/O job) ---- */
 
@@ -531,7 +561,7 @@ static void clean_run(wq_job *j)
 
     /* Journal first: a kill before the unlinks leaves a superseded entry
      * whose leftovers the next load removes. */
-    rc = journal_write(cj->k, &cj->c, CKPT_SUPERSEDED);
+    rc = journal_write(cj->k, &cj->c, CKPT_SUPERSEDED, NULL);
     if (rc < 0)
         log_warn("checkpoint %" PRIu64 ": journal of its supersession: %s (a restart "
                  "supersedes it again)", cj->c.id, strerror(-rc));
@@ -615,6 +645,23 @@ static void supersede_older(ckpts *k, const ck *by)
     }
 }
 
+/* An early put's acknowledgement (loop): put_run passed the ack point. */
+static void on_put_ack(evutil_socket_t fd, short what, void *arg)
+{
+    putjob *p = arg;
+    ckpt_info info;
+
+    (void)fd;
+    (void)what;
+    if (!p->cb)
+        return;
+    p->c->mem_fd = p->fd;
+    p->k->stats->ckpt_acked_staged++;
+    info_of(p->k, p->c, &info);
+    p->cb(p->arg, 0, &info, NULL);
+    p->cb = NULL;
+}
+
 static void put_done(wq_job *j)
 {
     putjob *p = (putjob *)j;
@@ -622,12 +669,29 @@ static void put_done(wq_job *j)
     ck *c = p->c;
     ckpt_info info;
 
+    if (p->ack_ev) {
+        event_free(p->ack_ev);      /* its callback, if not run yet, never runs */
+        k->mem_held -= c->size;
+    }
+    c->mem_fd = -1;
     close(p->fd);
     if (j->cancelled) {
         p->rc = -ECANCELED;
         snprintf(p->err, sizeof(p->err), "the daemon is stopping");
     }
-    if (p->rc < 0) {
+    if (p->rc < 0 && p->past_ack) {
+        /* Acknowledged (or about to be: then the client is told now) and
+         * lost: it stays, failed, so that its writer learns it. */
+        log_error("checkpoint %" PRIu64 " for %s, acknowledged while staged, is lost: %s", c->id,
+                  c->dest, p->err);
+        c->state = CKPT_FAILED;
+        snprintf(c->error, sizeof(c->error), "lost before it was on the node's NVMe: %.200s", p->err);
+        k->reserved -= c->size;
+        k->ndone++;
+        if (p->cb)
+            p->cb(p->arg, p->rc, NULL, p->err);
+        prune(k);
+    } else if (p->rc < 0) {
         k->reserved -= c->size;
         gr__list_remove(&c->link);
         p->cb(p->arg, p->rc, NULL, p->err);
@@ -635,6 +699,7 @@ static void put_done(wq_job *j)
     } else {
         uint64_t by;
         c->state = CKPT_LOCAL;
+        c->hash = p->hash;
         k->stats->ckpt_puts++;
         k->stats->ckpt_bytes_staged += c->size;
         /* A newer one for the same destination was acknowledged after this
@@ -642,16 +707,17 @@ static void put_done(wq_job *j)
         if ((by = newer_published(k, c)))
             supersede(k, c, by);
         info_of(k, c, &info);
-        log_info("checkpoint %" PRIu64 " staged: %" PRIu64 " bytes for %s (uid %u)", c->id,
-                 c->size, c->dest, (unsigned)c->cred.uid);
-        p->cb(p->arg, 0, &info, NULL);
+        log_info("checkpoint %" PRIu64 " local: %" PRIu64 " bytes for %s (uid %u)%s", c->id,
+                 c->size, c->dest, (unsigned)c->cred.uid, p->cb ? "" : ", acknowledged staged");
+        if (p->cb)
+            p->cb(p->arg, 0, &info, NULL);
         drain_kick(k);
     }
     free(p);
 }
 
 int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
-             ckpt_put_cb cb, void *arg, char *err, size_t errlen)
+             int early, ckpt_put_cb cb, void *arg, char *err, size_t errlen)
 {
     struct stat st;
     int flags, seals;
@@ -695,9 +761,21 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
         k->stats->ckpt_refused++;
         return -ENOSPC;
     }
+    /* Early only for bytes that cannot change (a sealed memfd: a plain
+     * file could, and is checked only once copied) and within the memory
+     * bound; else acknowledged once local, as if not asked. */
+    seals = fcntl(fd, F_GET_SEALS);
+    if (early && (seals < 0 || !(seals & F_SEAL_WRITE) || !(seals & F_SEAL_SHRINK) ||
+                  (uint64_t)st.st_size > k->cfg.memory - k->mem_held || k->mem_held > k->cfg.memory))
+        early = 0;
     p = calloc(1, sizeof(*p));
     c = calloc(1, sizeof(*c));
     if (!p || !c) {
+        free(p);
+        free(c);
+        return -ENOMEM;
+    }
+    if (early && !(p->ack_ev = event_new(k->base, -1, 0, on_put_ack, p))) {
         free(p);
         free(c);
         return -ENOMEM;
@@ -709,13 +787,18 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
     c->size = (uint64_t)st.st_size;
     c->set = set != 0;
     c->state = CKPT_STAGED;
+    c->early = early != 0;
+    c->mem_fd = -1;
     gr__list_push_back(&k->all, &c->link);
     k->reserved += c->size;
+    if (early)
+        k->mem_held += c->size;
     p->k = k;
     p->c = c;
     p->fd = fd;
     p->cb = cb;
     p->arg = arg;
+    p->early = early != 0;
     p->job.run = put_run;
     p->job.done = put_done;
     workers_submit(k->w, &p->job, WQ_DEMAND);   /* a client waits on it */
@@ -849,7 +932,7 @@ static int drain_finish_set(drainjob *d)
     creds_leave(&sv);
     if (rc < 0)
         return rc;
-    rc = journal_write(k, c, CKPT_PUBLISHED);
+    rc = journal_write(k, c, CKPT_PUBLISHED, NULL);
     if (rc < 0) {
         snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
         return rc;
@@ -905,7 +988,7 @@ static int drain_finish(drainjob *d)
             snprintf(d->err, sizeof(d->err), "publishing %s: %s", c->dest, strerror(-rc));
         return rc;
     }
-    rc = journal_write(k, c, d->phase == 0 ? CKPT_REPLICATED : CKPT_PUBLISHED);
+    rc = journal_write(k, c, d->phase == 0 ? CKPT_REPLICATED : CKPT_PUBLISHED, NULL);
     if (rc < 0) {
         snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
         return rc;
@@ -1055,7 +1138,7 @@ static void prune(ckpts *k)
         char name[64];
         if (k->ndone <= CKPT_KEEP)
             break;
-        if (c->state != CKPT_PUBLISHED && c->state != CKPT_SUPERSEDED)
+        if (c->state != CKPT_PUBLISHED && c->state != CKPT_SUPERSEDED && c->state != CKPT_FAILED)
             continue;
         snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
         unlinkat(k->dir_fd, name, 0);
@@ -1107,6 +1190,7 @@ static void drain_done(wq_job *j)
             log_error("checkpoint %" PRIu64 " for %s is lost: %s", c->id, c->dest, d->err);
             c->state = CKPT_FAILED;
             k->reserved -= c->size;
+            k->ndone++;
         } else {
             log_warn("checkpoint %" PRIu64 " for %s: drain failed (attempt %u, retry in %.0f s): "
                      "%s", c->id, c->dest, c->attempts, back, d->err);
@@ -1246,6 +1330,7 @@ static ck *journal_load(ckpts *k, const char *name)
     }
     text[n] = '\0';
     c->root = -1;
+    c->mem_fd = -1;
     for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         unsigned u;
         if (!strcmp(line, "granary-checkpoint 1"))
@@ -1268,6 +1353,10 @@ static ck *journal_load(ckpts *k, const char *name)
             ;
         else if (!strcmp(line, "kind set"))
             c->set = 1;
+        else if (!strcmp(line, "ack staged"))
+            c->early = 1;
+        else if (!strncmp(line, "error ", 6))
+            snprintf(c->error, sizeof(c->error), "%s", line + 6);
         else if (!strncmp(line, "groups", 6)) {
             char *p = line + 6, *e;
             while (*p && c->cred.ngroups < CKPT_MAX_GROUPS) {
@@ -1367,6 +1456,21 @@ static int load(ckpts *k, char *err, size_t errlen)
     for (size_t i = 0; i < nv; i++) {
         ck *c = v[i];
         char name[64];
+        if (c->state == CKPT_STAGED && c->early) {
+            /* Acknowledged while only in memory, and the daemon stopped
+             * before it was local: lost, and said so to its writer. */
+            log_error("checkpoint %" PRIu64 " for %s was acknowledged while staged and the daemon "
+                      "stopped before it was on NVMe: lost", c->id, c->dest);
+            snprintf(c->error, sizeof(c->error), "lost: the daemon stopped before it was on the "
+                     "node's NVMe (acknowledged staged)");
+            dest_unlink_tmp(k, c);
+            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
+            unlinkat(k->dir_fd, name, 0);
+            c->state = CKPT_FAILED;
+            if (journal_write(k, c, CKPT_FAILED, c->error) < 0)
+                log_warn("checkpoint %" PRIu64 ": journal of its loss failed (said again at the "
+                         "next start)", c->id);
+        }
         if (c->state == CKPT_STAGED) {
             /* Never acknowledged: its temporary, data and entry go. */
             log_info("checkpoint %" PRIu64 ": staging never finished; removed", c->id);
@@ -1379,7 +1483,9 @@ static int load(ckpts *k, char *err, size_t errlen)
             continue;
         }
         gr__list_push_back(&k->all, &c->link);
-        if (c->state == CKPT_PUBLISHED || c->state == CKPT_SUPERSEDED) {
+        if (c->state == CKPT_FAILED) {
+            k->ndone++;
+        } else if (c->state == CKPT_PUBLISHED || c->state == CKPT_SUPERSEDED) {
             snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
             unlinkat(k->dir_fd, name, 0);   /* a kill between journal and unlink */
             if (c->state == CKPT_SUPERSEDED) {
@@ -1487,8 +1593,17 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
         const ck *c = gr__list_entry(pos, ck, link);
         if (c->state == CKPT_FAILED || c->state == CKPT_SUPERSEDED || strcmp(c->dest, norm) != 0)
             continue;
-        if ((c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED) || c->set)
+        if (c->set)
             return 0;               /* a set is read once published (not built: before) */
+        out->fd = -1;
+        if (c->state == CKPT_STAGED && c->mem_fd >= 0) {
+            char fdp[64];       /* acknowledged early: its memfd, sealed, opened read-only */
+            snprintf(fdp, sizeof(fdp), "/proc/self/fd/%d", c->mem_fd);
+            if ((out->fd = open(fdp, O_RDONLY | O_CLOEXEC)) < 0)
+                return 0;
+        } else if (c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED) {
+            return 0;
+        }
         out->id = c->id;
         out->uid = c->cred.uid;
         out->gid = c->cred.gid;

@@ -43,7 +43,9 @@
 #define CKPT_MAX_GROUPS 64
 
 typedef enum ckpt_state {
-    CKPT_STAGED = 0,            /* being copied onto the node (not yet acknowledged) */
+    CKPT_STAGED = 0,            /* being copied onto the node: not acknowledged, or (a put
+                                 * that asked for it) acknowledged while the daemon holds
+                                 * the client's sealed memfd only */
     CKPT_LOCAL,                 /* on the node's NVMe, fsynced, journalled */
     CKPT_REPLICATED,            /* and a second copy in replica_dir, fsynced */
     CKPT_PUBLISHED,             /* at its destination, renamed, directory fsynced */
@@ -66,6 +68,7 @@ typedef struct ckpt_config {
     const char *dir;            /* the staging directory (made if missing) */
     const char *replica_dir;    /* "" or NULL: no replica */
     uint64_t capacity;          /* bytes of checkpoints not yet published, at most */
+    uint64_t memory;            /* bytes acknowledged while only in memory (ack staged), at most */
     uint64_t bandwidth;         /* drain bytes per second, all drains together; 0 unlimited */
     unsigned drains;            /* checkpoints draining at once, at most (0 taken as 1) */
     int demand;                 /* drains on the demand queue (else background) */
@@ -104,10 +107,20 @@ typedef struct ckpts ckpts;
 int ckpt_new(struct event_base *base, workers *w, gr_stats *stats, const ckpt_config *cfg,
              ckpts **out, char *err, size_t errlen);
 
-/* A put's completion: rc 0 and info (state local), or -errno and err. */
+/* A put's acknowledgement: rc 0 and info (state local, or staged for an
+ * early one), or -errno and err. */
 typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char *err);
 
 /*
+ * Early acknowledgement (early 1): cb runs as soon as the put is journalled,
+ * its destination checked and its space reserved, with state staged: the
+ * daemon holds the client's sealed memfd, and the copy to NVMe goes on
+ * behind.  Only for a sealed memfd within [checkpoint] memory (else cb runs
+ * once local, as without).  From then on the checkpoint is the module's
+ * even if the copy fails (state failed, never removed from the list
+ * unannounced); a daemon killed before it is local finds it failed
+ * ("lost") at the next start.
+ *
  * Stage a checkpoint of fd (taken: closed by the module) for norm (a
  * lexically checked destination under root index root; taken), written
  * as cred; set 1: fd holds a set container (proto/ckset.h) published by
@@ -121,7 +134,7 @@ typedef void (*ckpt_put_cb)(void *arg, int rc, const ckpt_info *info, const char
  * missing), -EPERM (the daemon cannot act as the peer), -ENOSPC, -EIO.
  */
 int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int set,
-             ckpt_put_cb cb, void *arg, char *err, size_t errlen);
+             int early, ckpt_put_cb cb, void *arg, char *err, size_t errlen);
 
 /* Call fn for each checkpoint (of uid only unless uid is (uid_t)-1; of id
  * only unless id is 0), oldest first, until it returns < 0 (returned). */
@@ -132,6 +145,8 @@ int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_
  * as the read path serves it before its drain ends. */
 typedef struct ckpt_staged {
     uint64_t id;
+    int fd;                     /* -1, or (acknowledged early, not yet local) a read-only
+                                 * fd of the sealed memfd, the caller's to close */
     uid_t uid;                  /* the writer */
     gid_t gid;
     char tmp[PATH_MAX];         /* the temporary beside the destination: the inode
@@ -141,7 +156,8 @@ typedef struct ckpt_staged {
 /*
  * Whether the newest checkpoint for norm (a normalised destination; failed
  * ones skipped) is acknowledged and not yet published: 1 with *out filled,
- * else 0 (none, one still being staged, or the newest is published).
+ * else 0 (none, one still being staged, or the newest is published).  An
+ * early-acknowledged one not yet local comes with out->fd (its memfd).
  */
 int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out);
 

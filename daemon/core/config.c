@@ -150,6 +150,10 @@ static const config_key config_keys[] = {
     { "checkpoint", "capacity", KT_SIZE, 0, FIELD(ckpt_capacity), 0, UINT64_MAX, NULL,
       "16G", "bytes of checkpoints staged under [nvme] path/checkpoints and not yet published; a "
       "checkpoint that does not fit is refused (ENOSPC); 0 turns checkpoints off", CONFIG_RESTART },
+    { "checkpoint", "memory", KT_SIZE, 0, FIELD(ckpt_memory), 0, UINT64_MAX, NULL,
+      "4G", "bytes of checkpoints acknowledged early, while the daemon holds only the client's sealed "
+      "memfd (a put that asks for \"ack staged\"), at most; a put beyond it is acknowledged once "
+      "local; 0: never early", CONFIG_RESTART },
     { "checkpoint", "drain_bandwidth", KT_SIZE, 0, FIELD(ckpt_bandwidth), 0, UINT64_MAX, NULL,
       "0", "bytes per second checkpoint drains write to the DFS (replica and destination), all "
       "drains together; 0: unlimited", CONFIG_RESTART },

@@ -62,6 +62,7 @@ typedef struct gr_config {
     uint64_t nvme_inline_max;  /* chunks up to this size live inside RocksDB */
     /* [checkpoint] */
     uint64_t ckpt_capacity;    /* bytes of checkpoints staged and not yet published; 0 = off */
+    uint64_t ckpt_memory;      /* bytes acknowledged early (only in memory), at most */
     uint64_t ckpt_bandwidth;   /* drain bytes per second, all drains together; 0 = unlimited */
     int ckpt_drains;           /* checkpoints draining at once, at most */
     char ckpt_priority[16];    /* background | demand: the I/O queue drains use */

@@ -71,6 +71,7 @@
     X(counter, ckpt_drain_errors,    "checkpoint drain attempts that failed (the staged copy is kept and retried)") \
     X(counter, ckpt_staged_opens,    "opens of a checkpoint's destination served from its staged copy (before publish)") \
     X(counter, ckpt_superseded,      "checkpoints dropped unpublished: a newer one for the same destination was published first") \
+    X(counter, ckpt_acked_staged,    "checkpoints acknowledged early, while the daemon held their sealed memfd only (CKPT_PUT ack staged)") \
     X(counter, ckpt_refused,         "checkpoints refused because staging was full (ENOSPC)") \
     X(counter, access_denied,        "opens refused: no or a wrong access proof (the client's own fd)") \
     X(counter, connections_total,    "client connections accepted") \

@@ -12,7 +12,7 @@
 #include "log.h"
 #include "serve_int.h"
 
-/* A CKPT_PUT waiting for its copy to be local. */
+/* A CKPT_PUT waiting for its acknowledgement (local, or staged early). */
 typedef struct ckptreq {
     conn *c;
     uint32_t req_id;
@@ -33,7 +33,8 @@ static void put_reply(void *arg, int rc, const ckpt_info *i, const char *err)
             proto_rec_u64(body, sizeof(body), &off, "id", i->id);
             proto_rec_str(body, sizeof(body), &off, "state", st, strlen(st));
             proto_rec_u64(body, sizeof(body), &off, "size", i->size);
-            proto_rec_u64(body, sizeof(body), &off, "xxh3", i->hash);
+            if (i->state != CKPT_STAGED)    /* an early one is not checksummed yet */
+                proto_rec_u64(body, sizeof(body), &off, "xxh3", i->hash);
             reply_body(c, PROTO_OP_CKPT_PUT, r->req_id, body, off);
         }
     }
@@ -49,7 +50,7 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
     server *s = c->srv;
     const char *dest = NULL;
     uint32_t dest_len = 0;
-    int set = -1;
+    int set = -1, early = -1;
     char err[320] = "", *norm = NULL;
     size_t off = 0;
     ckpt_cred cred;
@@ -63,6 +64,10 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
             dest_len = r.len;
         } else if (proto_rec_is(&r, "set") && r.kind == PROTO_REC_U64 && set < 0 && r.u64 <= 1) {
             set = (int)r.u64;
+        } else if (proto_rec_is(&r, "ack") && r.kind == PROTO_REC_STR && early < 0 &&
+                   ((r.len == 6 && !memcmp(r.str, "staged", 6)) ||
+                    (r.len == 5 && !memcmp(r.str, "local", 5)))) {
+            early = r.len == 6;
         } else {
             snprintf(err, sizeof(err), "unexpected field \"%.*s\" (or repeated, or of the wrong kind)",
                      (int)(r.name_len > 64 ? 64 : r.name_len), r.name);
@@ -104,7 +109,8 @@ void op_ckpt_put(conn *c, const proto_msg *m, int *fds, int nfds)
     req->c = conn_ref(c);
     req->req_id = m->h.req_id;
     c->inflight++;
-    rc = ckpt_put(s->d.ck, &cred, norm, root, fds[0], set > 0, put_reply, req, err, sizeof(err));
+    rc = ckpt_put(s->d.ck, &cred, norm, root, fds[0], set > 0, early > 0, put_reply, req, err,
+                  sizeof(err));
     if (rc < 0) {
         c->inflight--;
         conn_unref(&req->c);

@@ -335,9 +335,11 @@ static void staged_run(wq_job *j)
     if (r->judge) {
         r->rc = judge_read(s->d.jg, r->ks.tmp, &r->cred, &r->jst, r->errmsg, sizeof(r->errmsg));
         if (r->rc < 0)
-            return;
+            return;             /* ks.fd closed in staged_done */
     }
-    r->fd = ckpt_staged_open(s->d.ck, r->ks.id);
+    /* Acknowledged early and not yet local: its memfd, opened on the loop. */
+    r->fd = r->ks.fd >= 0 ? r->ks.fd : ckpt_staged_open(s->d.ck, r->ks.id);
+    r->ks.fd = -1;
     if (r->fd < 0) {
         r->rc = r->fd;              /* published (and removed) meanwhile */
         return;
@@ -400,6 +402,8 @@ static void staged_done(wq_job *j)
     srcfile *f;
 
     c->inflight--;
+    if (r->ks.fd >= 0)
+        close(r->ks.fd);            /* not taken by staged_run (refused, or cancelled) */
     if (c->dead || j->cancelled) {
         if (r->fd >= 0)
             close(r->fd);

@@ -492,13 +492,15 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
     /* A file rewritten in place keeps its inode: catch it by its mtime and
      * size afterwards, so torn bytes are never cached.  (Through a held fd
      * this one check also covers changes since the OPEN.)  A file removed
-     * since is gone for its readers too, as with a fresh open. */
+     * since is gone for its readers too, as with a fresh open; not a pinned
+     * one, whose fd is the file (a staged copy unlinked at its publish, an
+     * early checkpoint's memfd, which never had a name). */
     if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
         snprintf(err, errlen, "%.200s changed while being read", f->path);
         rc = -ESTALE;
         goto out;
     }
-    if (st.st_nlink == 0) {
+    if (st.st_nlink == 0 && !f->pinned) {
         snprintf(err, errlen, "%.200s: %s (removed)", f->path, strerror(ENOENT));
         rc = -ENOENT;
         goto out;
@@ -679,6 +681,7 @@ srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, i
     file_id(st, f->chunk_size, f->id);
     f->fd = fd;
     f->src = s;
+    f->pinned = 1;
     s->nfds++;                          /* fd_drop's count, at the last unref */
     return f;
 }

@@ -42,6 +42,7 @@ struct srcfile {
     uint32_t chunk_size;        /* bytes per chunk for this file */
     double checked_at;          /* monotonic time of the stat */
     int cached;                 /* still the attr cache's current entry */
+    int pinned;                 /* source_pinned: fd is the file, with or without a name */
     gr__hnode hn;               /* attr cache: by path */
     gr__list age;               /* attr cache: oldest first */
     /* The file held open from its OPEN for the chunk reads, or -1 (see

@@ -51,6 +51,10 @@ _set_sig = {
     "gr_ckpt_set_id": (ctypes.c_uint64, [_vp]),
     "gr_ckpt_set_free": (None, [ctypes.POINTER(_vp)]),
 }
+for _n in ("gr_ckpt_commit_staged", "gr_ckpt_set_commit_staged"):
+    if hasattr(_lib, _n):
+        getattr(_lib, _n).restype = ctypes.c_int
+        getattr(_lib, _n).argtypes = [_vp]
 _have = all(hasattr(_lib, n) for n in _sig)
 _have_set = _have and all(hasattr(_lib, n) for n in _set_sig)
 for _table, _ok in ((_sig, _have), (_set_sig, _have_set)):
@@ -86,12 +90,24 @@ def _default_saver(obj, f):
     torch.save(obj, f)
 
 
-def save(obj, dest, client=None, saver=None, wait=False, timeout=None):
+def _commit(fn, fn_early, handle, early):
+    if early:
+        if not hasattr(_lib, fn_early):
+            raise OSError(_errno.ENOSYS, "this libgranary cannot acknowledge early")
+        return getattr(_lib, fn_early)(handle)
+    return getattr(_lib, fn)(handle)
+
+
+def save(obj, dest, client=None, saver=None, wait=False, timeout=None, early=False):
     """Serialise obj with saver(obj, fileobj) for dest (an absolute path, or
     relative to the working directory, under one of the daemon's roots) and
     return the checkpoint's id once it is on the node's NVMe (with wait=True:
-    once dest is published).  OSError on refusal: EACCES (under no root, or
-    you may not create dest), ENOSPC (the staging area is full), ..."""
+    once dest is published).  early=True: return as soon as the daemon holds
+    the bytes (gr_ckpt_commit_staged: in its memory, state "staged", the copy
+    to NVMe behind; a daemon killed before "local" loses it, which status
+    then says; wait(cid, "local") waits for it to survive the daemon).
+    OSError on refusal: EACCES (under no root, or you may not create dest),
+    ENOSPC (the staging area is full), ..."""
     _need()
     c = _client(client)
     h = c._handle()
@@ -104,7 +120,7 @@ def save(obj, dest, client=None, saver=None, wait=False, timeout=None):
         fd = _lib.gr_ckpt_fd(k)
         with os.fdopen(os.dup(fd), "wb") as f:     # the memfd's own offset, shared
             (saver or _default_saver)(obj, f)
-        if _lib.gr_ckpt_commit(k) < 0:
+        if _commit("gr_ckpt_commit", "gr_ckpt_commit_staged", k, early) < 0:
             raise granary._error(h, path)
         cid = _lib.gr_ckpt_id(k)
     finally:
@@ -114,14 +130,14 @@ def save(obj, dest, client=None, saver=None, wait=False, timeout=None):
     return cid
 
 
-def save_set(objs, dest, client=None, saver=None, wait=False, timeout=None):
+def save_set(objs, dest, client=None, saver=None, wait=False, timeout=None, early=False):
     """Serialise each value of objs (a dict: file name -> object, e.g. one
     shard per rank) with saver(obj, fileobj) into a file of that name, and
     stage them as one checkpoint set for dest: once published, dest is a
     symbolic link to a directory holding all of them (and a MANIFEST), and
     a reader that opens dest once sees one whole set, never files of two.
     Returns the set's id once it is on the node's NVMe (wait=True: once
-    published).  Names: no '/', not "MANIFEST".  OSError on refusal as for
+    published; early=True as for save).  Names: no '/', not "MANIFEST".  OSError on refusal as for
     save (EISDIR: dest is a directory, not a set's link)."""
     _need()
     if not _have_set:
@@ -146,7 +162,7 @@ def save_set(objs, dest, client=None, saver=None, wait=False, timeout=None):
                     raise OSError(e, "%s: not added to the set (%s)" % (name, os.strerror(e)))
             finally:
                 os.close(fd)
-        if _lib.gr_ckpt_set_commit(s) < 0:
+        if _commit("gr_ckpt_set_commit", "gr_ckpt_set_commit_staged", s, early) < 0:
             raise granary._error(h, path)
         cid = _lib.gr_ckpt_set_id(s)
     finally:

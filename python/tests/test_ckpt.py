@@ -51,6 +51,25 @@ class TestCkpt(unittest.TestCase):
         with open(dest, "rb") as f:
             self.assertEqual(f.read(), payload)
 
+    def test_early_save_reads_back_before_local(self):
+        # Acknowledged while the daemon holds only the memfd; granary.open
+        # of dest (through the daemon) sees the new bytes at once, whatever
+        # the state by then, and it publishes.
+        dest = os.path.join(ROOT, "py-early.bin")
+        payload = os.urandom(3 << 20)
+        cid = gck.save(None, dest, client=self.c, saver=lambda o, f: f.write(payload), early=True)
+        self.assertIn(gck.status(cid, client=self.c)["state"], gck.STATES[:4])
+        with self.c.open(dest) as f:
+            self.assertEqual(f.read(), payload)
+        gck.wait(cid, "local", client=self.c, timeout=30)
+        gck.wait(cid, client=self.c, timeout=60)
+        with open(dest, "rb") as f:
+            self.assertEqual(f.read(), payload)
+        shards = {"s0": {"a": 1}, "s1": {"b": 2}}
+        sid = gck.save_set(shards, os.path.join(ROOT, "py-early-set"), client=self.c,
+                           early=True, wait=True, timeout=60)
+        self.assertEqual(gck.status(sid, client=self.c)["state"], "published")
+
     def test_save_set_publishes_every_shard_together(self):
         shards = {"rank%d.pkl" % r: {"rank": r, "w": os.urandom(50000 + r)} for r in range(4)}
         dest = os.path.join(ROOT, "py-set")
