@@ -1,8 +1,10 @@
 #!/bin/sh
 # bench/ckpt.sh - time a training job is blocked writing a checkpoint:
 # through Granary (gr_ckpt_create/pwrite/commit: returns once the bytes are
-# fsynced on the node's NVMe; the drain to the DFS goes on behind) beside
-# writing it to the destination directly (pwrite + fsync).
+# fsynced on the node's NVMe; the drain to the DFS goes on behind), and
+# acknowledged early (gr_ckpt_commit_staged: returns once the daemon holds
+# the sealed memfd), beside writing it to the destination directly
+# (pwrite + fsync).
 #
 #   bench/ckpt.sh DESTDIR [SIZES]     SIZES in bytes, default "1073741824"
 #   bench/ckpt.sh dfs [SIZES]         on a MooseFS of its own (scripts/dfs.sh
@@ -13,7 +15,8 @@
 # scripts/dfs.sh, or a local directory); the NVMe tier is a directory under
 # $CKPT_NVME (default: a scratch directory under /tmp).  Prints one line per
 # size: direct seconds, Granary blocked seconds, their ratio, and the time
-# until Granary's copy was published at DESTDIR.  Never fails on timings.
+# until Granary's copy was published at DESTDIR; then the same acknowledged
+# early (with the seconds until it was local).  Never fails on timings.
 #
 # CKPT_BURST=N (2-4, say) instead puts N checkpoints of each size back to
 # back, each to its own destination, and prints the job's blocked seconds
@@ -52,6 +55,7 @@ path = $nvme
 capacity = 64M
 [checkpoint]
 capacity = 32G
+memory = ${CKPT_MEMORY:-8G}
 ${CKPT_DRAINS:+drains = $CKPT_DRAINS}
 drain_bandwidth = ${CKPT_BW:-0}
 [metrics]
@@ -85,7 +89,8 @@ if [ -n "${CKPT_BURST:-}" ]; then
     done
     exit 0
 fi
-printf '%-12s %10s %10s %8s %12s\n' bytes direct_s granary_s ratio published_s
+printf '%-12s %10s %10s %8s %12s %10s %8s %9s %12s\n' bytes direct_s local_s ratio published_s \
+    staged_s ratio tolocal_s published_s
 for s in $sizes; do
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
     d=$($W direct "$dest/ckptbench-direct.$s" "$s" 1 | sed -n 's/^blocked_s //p')
@@ -97,7 +102,20 @@ for s in $sizes; do
     g=$(echo "$out" | sed -n 's/^blocked_s //p')
     ok=$($W check "$dest/ckptbench-granary.$s" "$s" 2 && echo yes || echo NO)
     rm -f "$dest/ckptbench-granary.$s"
-    printf '%-12s %10s %10s %8s %12s  byte-exact: %s\n' "$s" "$d" "$g" \
+    # Acknowledged early (gr_ckpt_commit_staged): blocked until the daemon
+    # holds the memfd; then until local and until published.
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
+    t3=$(date +%s.%N)
+    out=$($W put "$scratch/sock" "$dest/ckptbench-early.$s" "$s" 3 staged-wait)
+    t2=$(date +%s.%N)
+    e=$(echo "$out" | sed -n 's/^blocked_s //p')
+    el=$(echo "$out" | sed -n 's/^local_s //p')
+    echo "$out" | grep -q '^state staged' || e="$e(local)"
+    $W check "$dest/ckptbench-early.$s" "$s" 3 || ok=NO
+    rm -f "$dest/ckptbench-early.$s"
+    printf '%-12s %10s %10s %8s %12s %10s %8s %9s %12s  byte-exact: %s\n' "$s" "$d" "$g" \
         "$(echo "$g $d" | awk '{printf "%.3f", $1 / $2}')" \
-        "$(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')" "$ok"
+        "$(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')" "$e" \
+        "$(echo "$e $d" | awk '{printf "%.3f", $1 / $2}')" "$el" \
+        "$(echo "$t3 $t2" | awk '{printf "%.2f", $2 - $1}')" "$ok"
 done
