@@ -159,7 +159,7 @@ start || exit 1
 check "killed while staged after an early ack: failed after the restart ($(state_of "$id"))" test "$(state_of "$id")" = failed
 check "  and says it was lost" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'lost'"
 check "  the destination keeps the previous checkpoint" $W check "$dir/src/early/a" 16777216 62
-check "  no staged copy or temporary left" sh -c "[ ! -e $dir/nvme/checkpoints/$id.data ] && ! ls -A $dir/src/early | grep -q granary"
+check "  no staged copy or temporary of it left" sh -c "[ ! -e $dir/nvme/checkpoints/$id.data ] && [ ! -e $dir/src/early/.a.granary-$id.tmp ]"
 stop
 : > "$dir/faults"
 start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || exit 1
