@@ -456,7 +456,7 @@ static pl_conn *pl_conn_get(void)
     return c;
 }
 
-static void pl_track(int fd, int flags, const char *given);
+static void pl_track(int fd, int flags, const char *given, int dfd, const char *asked);
 
 /* Drop fd from pl.pending; 1 if it was there.  Caller holds pl.lock. */
 static int pl_unpend_locked(int fd)
@@ -488,7 +488,7 @@ static void pl_adopt(int fd)
     pl_busy++;
     fl = REAL(fcntl) ? REAL(fcntl)(fd, F_GETFL) : -1;
     if (fl >= 0)
-        pl_track(fd, fl, NULL);
+        pl_track(fd, fl, NULL, AT_FDCWD, NULL);
     pl_busy--;
     errno = e;
 }
@@ -659,18 +659,63 @@ static int pl_conn_error(int e)
     return e == ECONNRESET || e == EPIPE || e == ETIMEDOUT || e == EPROTO || e == ENOTCONN;
 }
 
+/* The absolute path of (dfd, path), lexically (no link resolved), into
+ * abs: 0, or -1 (too long, no /proc, a relative dfd unnamed). */
+static int pl_abs(int dfd, const char *path, char *abs, size_t len)
+{
+    char link[64];
+    ssize_t n;
+
+    if (path[0] == '/' || dfd == AT_FDCWD)
+        return gr__path_abs(path, abs, len) < 0 ? -1 : 0;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", dfd);
+    n = readlink(link, abs, len - 1);
+    if (n <= 0 || abs[0] != '/' || (size_t)n + 1 + strlen(path) >= len)
+        return -1;
+    abs[n] = '/';
+    strcpy(abs + n + 1, path);
+    return 0;
+}
+
+/* Whether path's directory is a generation of a checkpoint set
+ * ("DIR/BASE.granary-gen-ID/NAME"): a file reached through a set's link. */
+static int pl_in_set_gen(const char *path)
+{
+    const char *slash = strrchr(path, '/'), *p;
+
+    if (!slash || slash == path)
+        return 0;
+    for (p = slash; p > path && p[-1] != '/'; p--)
+        ;
+    for (const char *q = p; q + 13 <= slash; q++)
+        if (!strncmp(q, ".granary-gen-", 13)) {
+            const char *d = q + 13;
+            if (d == slash)
+                return 0;
+            while (d < slash && *d >= '0' && *d <= '9')
+                d++;
+            if (d == slash)
+                return 1;
+        }
+    return 0;
+}
+
 /* After a successful real open of fd with flags: serve it if it is a
  * read-only regular file under a root and the daemon opens the same file.
  * given: the daemon's name for it (a staged checkpoint's copy, whose own
- * name is not under a root), else NULL (the kernel's name, mapped).  When
+ * name is not under a root), else NULL (the kernel's name, mapped).
+ * (dfd, asked): the name the program opened, or asked NULL; asked is sent
+ * instead of the kernel's name where that lies in a checkpoint set's
+ * generation (reached through the set's link DEST), so that the daemon
+ * sees DEST/NAME and can answer with a newer set not yet published.  When
  * the daemon answers with a checkpoint not yet published (its OPEN reply
  * says STAGED and brings the staged copy's fd), fd becomes a descriptor of
  * that copy (dup3 over it, close-on-exec kept): its bytes are the ones the
  * destination will hold once the drain ends. */
-static void pl_track(int fd, int flags, const char *given)
+static void pl_track(int fd, int flags, const char *given, int dfd, const char *asked)
 {
     struct stat st, gst;
-    char link[64], path[PATH_MAX], dpath[PATH_MAX];
+    char link[64], path[PATH_MAX], dpath[PATH_MAX], abs[PATH_MAX];
     pl_conn *conn, *dead;
     pl_file *pf;
     gr_file *f;
@@ -699,6 +744,11 @@ static void pl_track(int fd, int flags, const char *given)
             return;
         if (!pl_map_path(path, dpath, sizeof(dpath)))
             return;
+        /* A wrong guess costs nothing: the daemon opens the lexical name
+         * and the identity check below refuses a different file. */
+        if (asked && *asked && pl_in_set_gen(dpath) && pl_abs(dfd, asked, abs, sizeof(abs)) == 0 &&
+            !pl_in_set_gen(abs))
+            pl_map_path(abs, dpath, sizeof(dpath));
     }
     conn = pl_conn_get();
     if (!conn)
@@ -760,10 +810,9 @@ static void pl_track(int fd, int flags, const char *given)
  */
 static int pl_open_staged(int dfd, const char *path, int flags)
 {
-    char abs[PATH_MAX], dpath[PATH_MAX], link[64];
+    char abs[PATH_MAX], dpath[PATH_MAX];
     pl_conn *conn, *dead;
     gr_file *f;
-    ssize_t n;
     int fd = -1;
 
     if (!path || !*path || (flags & O_ACCMODE) != O_RDONLY ||
@@ -772,18 +821,7 @@ static int pl_open_staged(int dfd, const char *path, int flags)
     pthread_once(&pl.once, pl_init_once);
     if (pl.off)
         return -1;
-    if (path[0] == '/' || dfd == AT_FDCWD) {
-        if (gr__path_abs(path, abs, sizeof(abs)) < 0)
-            return -1;
-    } else {
-        snprintf(link, sizeof(link), "/proc/self/fd/%d", dfd);
-        n = readlink(link, abs, sizeof(abs) - 1);
-        if (n <= 0 || abs[0] != '/' || (size_t)n + 1 + strlen(path) >= sizeof(abs))
-            return -1;
-        abs[n] = '/';
-        strcpy(abs + n + 1, path);
-    }
-    if (!pl_map_path(abs, dpath, sizeof(dpath)))
+    if (pl_abs(dfd, path, abs, sizeof(abs)) < 0 || !pl_map_path(abs, dpath, sizeof(dpath)))
         return -1;
     conn = pl_conn_get();
     if (!conn)
@@ -799,7 +837,7 @@ static int pl_open_staged(int dfd, const char *path, int flags)
     pthread_mutex_unlock(&pl.lock);
     pl_conn_free(dead);
     if (fd >= 0)
-        pl_track(fd, flags, dpath);     /* served, by the name asked for */
+        pl_track(fd, flags, dpath, AT_FDCWD, NULL);     /* served, by the name asked for */
     return fd;
 }
 
@@ -811,7 +849,7 @@ static int pl_opened(int fd, int flags, int dfd, const char *path)
 
     if (fd >= 0 && !pl_busy) {
         pl_busy++;
-        pl_track(fd, flags, NULL);
+        pl_track(fd, flags, NULL, dfd, path);
         pl_busy--;
         errno = e;
     } else if (fd < 0 && e == ENOENT && !pl_busy) {

@@ -343,7 +343,12 @@ sz=3145728
 $W direct "$dir/src/held/old.ckpt" $sz 30 > /dev/null
 $W direct "$dir/exp31" $sz 31 > /dev/null; $W direct "$dir/exp32" $sz 32 > /dev/null
 check "the old file reads through the daemon before the put" $W read "$dir/sock" "$dir/src/held/old.ckpt" $sz 30
+ss=262144
+$W setput "$dir/sock" "$dir/src/held/set" 3 $ss 40 wait > /dev/null
+$W direct "$dir/exps1" $ss 41001 > /dev/null; $W direct "$dir/exps2" $ss 42000 > /dev/null
 echo "weio /src/held" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
+sid1=$($W setput "$dir/sock" "$dir/src/held/set" 3 $ss 41 | sed -n 's/^acked //p')
+sid2=$($W setput "$dir/sock" "$dir/src/held/set2" 2 $ss 42 | sed -n 's/^acked //p')
 n0=$(stat_of ckpt_staged_opens)
 id1=$($W put "$dir/sock" "$dir/src/held/new.ckpt" $sz 31 | sed -n 's/^acked //p')
 id2=$($W put "$dir/sock" "$dir/src/held/old.ckpt" $sz 32 | sed -n 's/^acked //p')
@@ -355,6 +360,13 @@ check "libgranary reads the new checkpoint over the old file, byte-exact" $W rea
 check "cmp under the shim: a destination absent on the DFS" $PRE cmp "$dir/exp31" "$dir/src/held/new.ckpt"
 check "cmp under the shim: the new checkpoint, not the old file" $PRE cmp "$dir/exp32" "$dir/src/held/old.ckpt"
 check "the staged opens were counted" test "$(stat_of ckpt_staged_opens)" -ge $((n0 + 4))
+check "the sets are held back too (local)" sh -c "[ \"\$($CTL -s $dir/sock ckpt status $sid1 | cut -f2)\" = local ] && [ \"\$($CTL -s $dir/sock ckpt status $sid2 | cut -f2)\" = local ]"
+check "libgranary reads a file of a new set over the old set, byte-exact" $W read "$dir/sock" "$dir/src/held/set/shard1" $ss 41001
+check "libgranary reads a file of a set whose DEST does not exist yet" $W read "$dir/sock" "$dir/src/held/set2/shard0" $ss 42000
+check "cmp under the shim: a file of the new set through the old set's link" $PRE cmp "$dir/exps1" "$dir/src/held/set/shard1"
+check "cmp under the shim: a file of a set not on the DFS yet" $PRE cmp "$dir/exps2" "$dir/src/held/set2/shard0"
+check "a reader of the old generation by its own name still reads the old set" $W read "$dir/sock" "$dir/src/held/$(readlink $dir/src/held/set)/shard1" $ss 40001
+check "another uid that could read the published set reads the staged file" as_user $W read "$dir/sock" "$dir/src/held/set/shard2" $ss 41002
 check "another uid that could read the published file reads the staged one" as_user $W read "$dir/sock" "$dir/src/held/new.ckpt" $sz 31
 check "another uid that could read the published file: cmp under the shim" as_user $PRE cmp "$dir/exp31" "$dir/src/held/new.ckpt"
 check "the writer reads its checkpoint in a directory closed to others" $W read "$dir/sock" "$dir/src/heldp/p.ckpt" $sz 33
@@ -366,6 +378,10 @@ check "... all three published" sh -c "[ \"\$($CTL -s $dir/sock ckpt status $id2
 check "after publish libgranary reads the published file (new bytes)" $W read "$dir/sock" "$dir/src/held/old.ckpt" $sz 32
 check "after publish the file on the DFS is byte-exact" $W check "$dir/src/held/old.ckpt" $sz 32
 check "after publish cmp under the shim still matches" $PRE cmp "$dir/exp32" "$dir/src/held/old.ckpt"
+wait_state "$sid1" published 40 && wait_state "$sid2" published 40
+check "the sets published after the hold, whole" sh -c "$W setcheck $dir/src/held/set 3 $ss 41 && $W setcheck $dir/src/held/set2 2 $ss 42"
+check "after publish the set's file is read from the DFS (new bytes)" sh -c "$W read $dir/sock $dir/src/held/set/shard1 $ss 41001 && $PRE cmp $dir/exps1 $dir/src/held/set/shard1"
+check "no staged set left once published" sh -c "! ls $dir/nvme/checkpoints/ | grep -q '\.set\$'"
 stop
 
 # ---- SIGKILL torture ----

@@ -2,12 +2,13 @@
  * ckpt.c - checkpoint staging, journal and drains (see ckpt.h).
  *
  * Files in the staging directory, per checkpoint id N:
- *   N.data   the bytes (fallocated to their size first, fsynced): for a set
- *            ("kind set" in its journal), the container of proto/ckset.h;
+ *   N.data   the bytes (fallocated to their size first, fsynced);
+ *   N.set/   for a set ("kind set" in its journal), the container of
+ *            proto/ckset.h as a file per member (stage.h);
  *   N.ckpt   the journal entry: its state, owner, destination, size and
  *            XXH3 (a small text file, replaced whole by rename);
- * a N.data without N.ckpt is a put that was never acknowledged (deleted at
- * start).  Up to [checkpoint] drains checkpoints drain at once, each in
+ * a staged copy without N.ckpt is a put that was never acknowledged
+ * (deleted at start).  Up to [checkpoint] drains checkpoints drain at once, each in
  * slices of at most 16 MiB per I/O job, so a drain holds an I/O thread only
  * for a slice and reads are never queued behind a whole checkpoint.  The
  * slices of all drains together are paced on the loop by drain_bandwidth
@@ -54,6 +55,7 @@
 #include "log.h"
 #include "proto.h"
 #include "setpub.h"
+#include "stage.h"
 
 #define CKPT_SLICE      (16u << 20)     /* bytes one drain job copies */
 #define CKPT_BUF        (4u << 20)      /* copy buffer */
@@ -72,7 +74,10 @@ typedef struct ck {
     unsigned attempts;
     double retry_at;            /* gr__now_s() before which it waits */
     int draining;               /* a drainjob holds it */
-    int set;                    /* N.data is a set container (proto/ckset.h), published by setpub */
+    int set;                    /* a set container (proto/ckset.h), published by setpub */
+    char **names;               /* a set staged by member (N.set/): its files' names, by index;
+                                 * NULL for a single file or a set staged whole (N.data) */
+    uint32_t nnames;
     int early;                  /* acknowledged while staged (journal "ack staged") */
     int mem_fd;                 /* early, acknowledged, not yet local: the put's memfd (its
                                  * putjob owns it), for reads before local; else -1 */
@@ -93,6 +98,8 @@ typedef struct putjob {
     struct event *ack_ev;       /* early: made active by put_run at the ack point */
     int past_ack;               /* put_run passed the ack point (read in put_done) */
     uint64_t hash;              /* put_run's XXH3 (c->hash is the loop's) */
+    char **names;               /* a set's member names, for c (put_done moves them) */
+    uint32_t nnames;
     int rc;
     char err[256];
 } putjob;
@@ -106,7 +113,8 @@ typedef struct drainjob {
     struct event *timer;        /* its next slice's turn under drain_bandwidth */
     int job_pending;            /* its job is with the workers */
     int phase;                  /* 0 the replica, 1 the destination */
-    int in_fd, out_fd, dir_fd;  /* the staged copy; the temporary target; its directory */
+    stage *in;                  /* the staged copy */
+    int out_fd, dir_fd;         /* the temporary target; its directory */
     char tmpname[300];
     uint64_t off;
     uint64_t moved;             /* bytes the last slice copied */
@@ -170,6 +178,7 @@ static void ck_free(ck **cp)
     if (!c)
         return;
     free(c->dest);
+    stage_names_free(&c->names, c->nnames);
     free(c);
     *cp = NULL;
 }
@@ -417,11 +426,13 @@ static void put_run(wq_job *j)
     ckpts *k = p->k;
     ck *c = p->c;
     ck jc;
-    char name[64] = "";
+    char name[64];
     struct stat st0, st1;
     uint8_t *buf = NULL;
     XXH3_state_t *xs = NULL;
-    int out = -1, rc, checked = 0, journalled = 0;
+    stage *out = NULL;
+    size_t hn = 0;
+    int rc, checked = 0, journalled = 0;
 
     /* Journalled as staged first, so that a restart knows which temporary
      * beside the destination to remove if the put never finished (and,
@@ -448,30 +459,24 @@ static void put_run(wq_job *j)
         rc = -errno;
         goto fail;
     }
-    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-    out = openat(k->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (out < 0) {
-        rc = -errno;
-        snprintf(p->err, sizeof(p->err), "staging file %s/%s: %s", k->dir, name, strerror(-rc));
-        goto fail;
-    }
-    /* A set's header, checked before a byte is copied. */
+    /* A set's header, checked before a byte is copied (a header is at
+     * most about 1 MiB: within the first buffer). */
     if (c->set) {
-        size_t n = c->size < CKPT_BUF ? (size_t)c->size : CKPT_BUF;
-        uint32_t nf;
-        if ((rc = pread_all(p->fd, buf, n, 0)) < 0 ||
-            proto_set_dec_hdr(buf, n, c->size, &nf, NULL, 0) <= PROTO_NEED_MORE) {
-            snprintf(p->err, sizeof(p->err), "%s", rc < 0 ? "reading the checkpoint set's header" :
-                     "not a checkpoint set (its header is malformed: proto/PROTOCOL.md, "
-                     "\"Checkpoint sets\")");
-            rc = rc < 0 ? rc : -EINVAL;
+        hn = c->size < CKPT_BUF ? (size_t)c->size : CKPT_BUF;
+        if ((rc = pread_all(p->fd, buf, hn, 0)) < 0) {
+            snprintf(p->err, sizeof(p->err), "reading the checkpoint set's header: %s",
+                     strerror(-rc));
             goto fail;
         }
     }
-    /* The space, reserved before a byte is copied: a full disk says so now. */
-    if (c->size && (rc = -posix_fallocate(out, 0, (off_t)c->size)) < 0) {
-        snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size, k->dir,
-                 strerror(-rc));
+    /* The staged copy (a set's by member), its space reserved before a
+     * byte is copied: a full disk says so now. */
+    rc = stage_create_named(k->dir_fd, c->id, c->set, c->size, buf, hn, &out, &p->names,
+                            &p->nnames, p->err, sizeof(p->err));
+    if (rc < 0) {
+        if (rc != -EINVAL)          /* a set's malformed header says so as it is */
+            snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size,
+                     k->dir, strerror(-rc));
         goto fail;
     }
     /* The ack point of an early put: journalled, the destination created
@@ -487,8 +492,9 @@ static void put_run(wq_job *j)
             snprintf(p->err, sizeof(p->err), "reading the checkpoint: %s", strerror(-rc));
             goto fail;
         }
-        if ((rc = gr__pwrite_all(out, buf, n, off)) < 0) {
-            snprintf(p->err, sizeof(p->err), "writing %s/%s: %s", k->dir, name, strerror(-rc));
+        if ((rc = stage_pwrite(out, buf, n, off)) < 0) {
+            snprintf(p->err, sizeof(p->err), "writing checkpoint %" PRIu64 " into %s: %s", c->id,
+                     k->dir, strerror(-rc));
             goto fail;
         }
         XXH3_64bits_update(xs, buf, n);
@@ -500,9 +506,9 @@ static void put_run(wq_job *j)
         snprintf(p->err, sizeof(p->err), "the checkpoint's source changed while it was staged");
         goto fail;
     }
-    if (fsync(out) < 0) {
-        rc = -errno;
-        snprintf(p->err, sizeof(p->err), "fsync %s/%s: %s", k->dir, name, strerror(-rc));
+    if ((rc = stage_sync(out)) < 0) {
+        snprintf(p->err, sizeof(p->err), "fsync of checkpoint %" PRIu64 " in %s: %s", c->id,
+                 k->dir, strerror(-rc));
         goto fail;
     }
     p->hash = XXH3_64bits_digest(xs);
@@ -520,8 +526,10 @@ fail:
     p->rc = rc;
     if (!p->err[0])
         snprintf(p->err, sizeof(p->err), "%s", strerror(-rc));
-    if (out >= 0)
-        unlinkat(k->dir_fd, name, 0);
+    stage_close(&out);
+    stage_remove(k->dir_fd, c->id);
+    stage_names_free(&p->names, p->nnames);
+    p->nnames = 0;
     if (checked)
         dest_unlink_tmp(k, c);
     if (journalled && p->past_ack) {
@@ -534,8 +542,7 @@ fail:
         unlinkat(k->dir_fd, name, 0);
     }
 out:
-    if (out >= 0)
-        close(out);
+    stage_close(&out);
     XXH3_freeState(xs);
     free(buf);
 }
@@ -556,7 +563,6 @@ typedef struct cleanjob {
 static void clean_run(wq_job *j)
 {
     cleanjob *cj = (cleanjob *)j;
-    char name[64];
     int rc;
 
     /* Journal first: a kill before the unlinks leaves a superseded entry
@@ -565,8 +571,7 @@ static void clean_run(wq_job *j)
     if (rc < 0)
         log_warn("checkpoint %" PRIu64 ": journal of its supersession: %s (a restart "
                  "supersedes it again)", cj->c.id, strerror(-rc));
-    snprintf(name, sizeof(name), "%" PRIu64 ".data", cj->c.id);
-    unlinkat(cj->k->dir_fd, name, 0);
+    stage_remove(cj->k->dir_fd, cj->c.id);
     dest_unlink_tmp(cj->k, &cj->c);
 }
 
@@ -597,11 +602,15 @@ static void supersede(ckpts *k, ck *c, uint64_t by)
     k->reserved -= c->size;
     k->ndone++;
     k->stats->ckpt_superseded++;
+    stage_names_free(&c->names, c->nnames);
+    c->nnames = 0;
     log_info("checkpoint %" PRIu64 " for %s superseded by %" PRIu64 " (published): dropped",
              c->id, c->dest, by);
     cj = calloc(1, sizeof(*cj));
     if (cj) {
         cj->c = *c;
+        cj->c.names = NULL;         /* c's, and not needed here */
+        cj->c.nnames = 0;
         cj->c.dest = strdup(c->dest);
     }
     if (!cj || !cj->c.dest) {
@@ -700,6 +709,9 @@ static void put_done(wq_job *j)
         uint64_t by;
         c->state = CKPT_LOCAL;
         c->hash = p->hash;
+        c->names = p->names;        /* a set's members, readable by name from now */
+        c->nnames = p->nnames;
+        p->names = NULL;
         k->stats->ckpt_puts++;
         k->stats->ckpt_bytes_staged += c->size;
         /* A newer one for the same destination was acknowledged after this
@@ -713,6 +725,7 @@ static void put_done(wq_job *j)
             p->cb(p->arg, 0, &info, NULL);
         drain_kick(k);
     }
+    stage_names_free(&p->names, p->nnames);
     free(p);
 }
 
@@ -809,14 +822,13 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
 
 static void drain_close(drainjob *d)
 {
-    if (d->in_fd >= 0)
-        close(d->in_fd);
+    stage_close(&d->in);
     if (d->out_fd >= 0)
         close(d->out_fd);
     setpub_free(&d->sp);
     if (d->dir_fd >= 0)
         close(d->dir_fd);
-    d->in_fd = d->out_fd = d->dir_fd = -1;
+    d->out_fd = d->dir_fd = -1;
     d->opened = 0;
 }
 
@@ -833,7 +845,7 @@ static int drain_open_set(drainjob *d, const char *base)
 
     if (!hdr)
         return -ENOMEM;
-    rc = pread_all(d->in_fd, hdr, n, 0);
+    rc = stage_pread(d->in, hdr, n, 0);
     if (rc < 0) {
         snprintf(d->err, sizeof(d->err), "reading the staged set: %s", strerror(-rc));
     } else if ((h = proto_set_dec_hdr(hdr, n, c->size, &nf, NULL, 0)) <= PROTO_NEED_MORE) {
@@ -853,15 +865,12 @@ static int drain_open(drainjob *d)
 {
     ckpts *k = d->k;
     ck *c = d->c;
-    char name[64];
-    int rc = 0;
+    int rc = stage_open(k->dir_fd, c->id, c->size, &d->in);
 
-    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-    d->in_fd = openat(k->dir_fd, name, O_RDONLY | O_CLOEXEC);
-    if (d->in_fd < 0) {
-        rc = -errno;
-        snprintf(d->err, sizeof(d->err), "staged copy %s/%s: %s", k->dir, name, strerror(-rc));
-        d->lost = rc == -ENOENT;
+    if (rc < 0) {
+        snprintf(d->err, sizeof(d->err), "staged copy of checkpoint %" PRIu64 " in %s: %s", c->id,
+                 k->dir, strerror(-rc));
+        d->lost = rc == -ENOENT || rc == -EIO;
         return rc;
     }
     if (d->phase == 0) {
@@ -911,13 +920,12 @@ static int drain_open(drainjob *d)
 
 /* Every byte of a set is in its generation directory: checked, then (as
  * the peer) its manifest, the link renamed over the destination, the old
- * generations cleared; journal; N.data removed. */
+ * generations cleared; journal; the staged copy removed. */
 static int drain_finish_set(drainjob *d)
 {
     ckpts *k = d->k;
     ck *c = d->c;
     creds_saved sv;
-    char name[64];
     int rc;
 
     if (!d->already && XXH3_64bits_digest(d->xs) != c->hash) {
@@ -937,8 +945,7 @@ static int drain_finish_set(drainjob *d)
         snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
         return rc;
     }
-    snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-    unlinkat(k->dir_fd, name, 0);
+    stage_remove(k->dir_fd, c->id);
     d->finished = 1;
     return 0;
 }
@@ -993,11 +1000,8 @@ static int drain_finish(drainjob *d)
         snprintf(d->err, sizeof(d->err), "journal: %s", strerror(-rc));
         return rc;
     }
-    if (d->phase == 1) {
-        char name[64];
-        snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-        unlinkat(k->dir_fd, name, 0);
-    }
+    if (d->phase == 1)
+        stage_remove(k->dir_fd, c->id);
     d->finished = 1;
     return 0;
 }
@@ -1035,7 +1039,7 @@ static void drain_run(wq_job *j)
     end = c->size - d->off < d->slice ? c->size : d->off + d->slice;
     while (d->off < end) {
         size_t n = end - d->off < CKPT_BUF ? (size_t)(end - d->off) : CKPT_BUF;
-        if ((rc = pread_all(d->in_fd, buf, n, d->off)) < 0) {
+        if ((rc = stage_pread(d->in, buf, n, d->off)) < 0) {
             snprintf(d->err, sizeof(d->err), "reading the staged copy: %s", strerror(-rc));
             break;
         }
@@ -1252,7 +1256,7 @@ static int drain_start(ckpts *k, ck *c)
     }
     d->k = k;
     d->c = c;
-    d->in_fd = d->out_fd = d->dir_fd = -1;
+    d->out_fd = d->dir_fd = -1;
     d->phase = (k->replica_dir && c->state < CKPT_REPLICATED) ? 0 : 1;
     d->slice = k->cfg.bandwidth ? k->cfg.bandwidth / 8 : CKPT_SLICE;
     if (d->slice > CKPT_SLICE)
@@ -1438,13 +1442,14 @@ static int load(ckpts *k, char *err, size_t errlen)
             uint64_t id;
             char suf[16], jn[64];
             struct stat st;
-            if (sscanf(de->d_name, "%" SCNu64 ".%15s", &id, suf) != 2 || strcmp(suf, "data"))
+            if (sscanf(de->d_name, "%" SCNu64 ".%15s", &id, suf) != 2 ||
+                (strcmp(suf, "data") && strcmp(suf, "set")))
                 continue;
             snprintf(jn, sizeof(jn), "%" PRIu64 ".ckpt", id);
             if (fstatat(k->dir_fd, jn, &st, 0) < 0 && errno == ENOENT) {
                 log_info("checkpoint %" PRIu64 ": staging never finished; its partial copy removed",
                          id);
-                unlinkat(k->dir_fd, de->d_name, 0);
+                stage_remove(k->dir_fd, id);
             }
         }
         closedir(dp);
@@ -1464,8 +1469,7 @@ static int load(ckpts *k, char *err, size_t errlen)
             snprintf(c->error, sizeof(c->error), "lost: the daemon stopped before it was on the "
                      "node's NVMe (acknowledged staged)");
             dest_unlink_tmp(k, c);
-            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-            unlinkat(k->dir_fd, name, 0);
+            stage_remove(k->dir_fd, c->id);
             c->state = CKPT_FAILED;
             if (journal_write(k, c, CKPT_FAILED, c->error) < 0)
                 log_warn("checkpoint %" PRIu64 ": journal of its loss failed (said again at the "
@@ -1475,8 +1479,7 @@ static int load(ckpts *k, char *err, size_t errlen)
             /* Never acknowledged: its temporary, data and entry go. */
             log_info("checkpoint %" PRIu64 ": staging never finished; removed", c->id);
             dest_unlink_tmp(k, c);
-            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-            unlinkat(k->dir_fd, name, 0);
+            stage_remove(k->dir_fd, c->id);
             snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
             unlinkat(k->dir_fd, name, 0);
             ck_free(&c);
@@ -1486,8 +1489,7 @@ static int load(ckpts *k, char *err, size_t errlen)
         if (c->state == CKPT_FAILED) {
             k->ndone++;
         } else if (c->state == CKPT_PUBLISHED || c->state == CKPT_SUPERSEDED) {
-            snprintf(name, sizeof(name), "%" PRIu64 ".data", c->id);
-            unlinkat(k->dir_fd, name, 0);   /* a kill between journal and unlink */
+            stage_remove(k->dir_fd, c->id);     /* a kill between journal and removal */
             if (c->state == CKPT_SUPERSEDED) {
                 dest_unlink_tmp(k, c);
                 snprintf(c->error, sizeof(c->error), "superseded by checkpoint %" PRIu64
@@ -1497,6 +1499,11 @@ static int load(ckpts *k, char *err, size_t errlen)
         } else if (c->state == CKPT_LOCAL || c->state == CKPT_REPLICATED) {
             k->reserved += c->size;
             ndrain++;
+            /* A set staged by member: its names, for reads before publish
+             * (-ENOENT: staged whole by an older daemon, read once
+             * published; -EIO: its drain finds it lost). */
+            if (c->set && stage_names(k->dir_fd, c->id, c->size, &c->names, &c->nnames) < 0)
+                c->nnames = 0;
         }
     }
     /* A kill between a publish and the journal of what it superseded. */
@@ -1582,6 +1589,15 @@ int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_
     return 0;
 }
 
+/* Whether norm is DEST/NAME for set c (DEST its destination): 1, else 0. */
+static int in_set(const ck *c, const char *norm)
+{
+    size_t dl = strlen(c->dest);
+
+    return c->set && strncmp(norm, c->dest, dl) == 0 && norm[dl] == '/' && norm[dl + 1] &&
+           !strchr(norm + dl + 1, '/');
+}
+
 int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
 {
     const gr__list *pos;
@@ -1591,10 +1607,27 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
      * reader of the destination would see once everything is published. */
     for (pos = k->all.prev; pos != &k->all; pos = pos->prev) {
         const ck *c = gr__list_entry(pos, ck, link);
-        if (c->state == CKPT_FAILED || c->state == CKPT_SUPERSEDED || strcmp(c->dest, norm) != 0)
+        if (c->state == CKPT_FAILED || c->state == CKPT_SUPERSEDED)
             continue;
-        if (c->set)
-            return 0;               /* a set is read once published (not built: before) */
+        out->member = -1;
+        if (in_set(c, norm)) {
+            /* A file of the newest set for its directory: the member of
+             * that name, or (not in this set: gone once it is published;
+             * the set early and not yet local; staged whole by an older
+             * daemon) the file system's until the publish. */
+            const char *name = norm + strlen(c->dest) + 1;
+            if (c->state != CKPT_LOCAL && c->state != CKPT_REPLICATED)
+                return 0;
+            for (uint32_t i = 0; i < c->nnames && out->member < 0; i++)
+                if (!strcmp(c->names[i], name))
+                    out->member = (int)i;
+            if (out->member < 0)
+                return 0;
+        } else if (strcmp(c->dest, norm) != 0) {
+            continue;
+        } else if (c->set) {
+            return 0;               /* the set's link: a directory, not a file */
+        }
         out->fd = -1;
         if (c->state == CKPT_STAGED && c->mem_fd >= 0) {
             char fdp[64];       /* acknowledged early: its memfd, sealed, opened read-only */
@@ -1616,11 +1649,13 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
     return 0;
 }
 
-int ckpt_staged_open(const ckpts *k, uint64_t id)
+int ckpt_staged_open(const ckpts *k, uint64_t id, int member)
 {
     char name[64];
     int fd;
 
+    if (member >= 0)
+        return stage_member_open(k->dir_fd, id, (uint32_t)member);
     snprintf(name, sizeof(name), "%" PRIu64 ".data", id);
     fd = openat(k->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     return fd >= 0 ? fd : -errno;

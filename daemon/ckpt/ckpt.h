@@ -145,6 +145,7 @@ int ckpt_each(ckpts *k, uid_t uid, uint64_t id, int (*fn)(void *arg, const ckpt_
  * as the read path serves it before its drain ends. */
 typedef struct ckpt_staged {
     uint64_t id;
+    int member;                 /* a set's file: its index in the set; else -1 */
     int fd;                     /* -1, or (acknowledged early, not yet local) a read-only
                                  * fd of the sealed memfd, the caller's to close */
     uid_t uid;                  /* the writer */
@@ -158,14 +159,18 @@ typedef struct ckpt_staged {
  * ones skipped) is acknowledged and not yet published: 1 with *out filled,
  * else 0 (none, one still being staged, or the newest is published).  An
  * early-acknowledged one not yet local comes with out->fd (its memfd).
+ * norm may also be DEST/NAME of a set for DEST: when the newest
+ * checkpoint for DEST is a local or replicated set with a file NAME, that
+ * file (out->member); a set acknowledged early is read once local.
  */
 int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out);
 
-/* Any thread: a read-only fd of checkpoint id's staged copy, or -errno
- * (-ENOENT once it is published and its copy removed).  The caller owns
- * the fd; its bytes never change (the copy is complete and fsynced from
- * "local" on, and removed, never rewritten, after publish). */
-int ckpt_staged_open(const ckpts *k, uint64_t id);
+/* Any thread: a read-only fd of checkpoint id's staged copy (member >= 0:
+ * of that file of a set, its own inode), or -errno (-ENOENT once it is
+ * published and its copy removed).  The caller owns the fd; its bytes
+ * never change (the copy is complete and fsynced from "local" on, and
+ * removed, never rewritten, after publish). */
+int ckpt_staged_open(const ckpts *k, uint64_t id, int member);
 
 /* Stop draining (timers dropped); the job in flight ends with the
  * workers.  Then ckpt_free after workers_stop.  NULL-safe. */

@@ -338,7 +338,7 @@ static void staged_run(wq_job *j)
             return;             /* ks.fd closed in staged_done */
     }
     /* Acknowledged early and not yet local: its memfd, opened on the loop. */
-    r->fd = r->ks.fd >= 0 ? r->ks.fd : ckpt_staged_open(s->d.ck, r->ks.id);
+    r->fd = r->ks.fd >= 0 ? r->ks.fd : ckpt_staged_open(s->d.ck, r->ks.id, r->ks.member);
     r->ks.fd = -1;
     if (r->fd < 0) {
         r->rc = r->fd;              /* published (and removed) meanwhile */
