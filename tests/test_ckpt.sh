@@ -326,6 +326,7 @@ while [ $u -le $v ] && [ $set_acked -gt 0 ]; do $W setcheck "$sd" 4 1048576 $u 2
 check "after the last restart the set is the last acknowledged or a later one (acked $set_acked, found $final)" test $final -ge $set_acked -a $set_acked -gt 0
 check "at most two generations are left (the published one and the one before)" test "$(ls -d "$sd".granary-gen-* 2>/dev/null | wc -l)" -le 2
 check "no temporary left beside the set" sh -c "! ls -A $dir/src/sets | grep -q '^\.tort\.granary'"
+check "no staged copy left once the sets are published" sh -c "! ls $dir/nvme/checkpoints/ | grep -Eq '\.(data|set)\$'"
 stop
 
 # ---- staged checkpoints read before they are published ----
