@@ -1,5 +1,5 @@
 /*
- * fsio.c - durable-write helpers (fsio.h).
+ * fsio.c - whole reads and writes, durable directories (fsio.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,24 @@ int gr__pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
         p += w;
         n -= (size_t)w;
         off += (uint64_t)w;
+    }
+    return 0;
+}
+
+int gr__pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
     }
     return 0;
 }

@@ -24,29 +24,24 @@
  * journal (an unpublished entry older than a published one for the same
  * destination is superseded at load).
  *
- * Writing as the client: on the I/O thread, the raw setgroups, setfsgid and
- * setfsuid system calls (per thread on Linux; glibc's wrappers would change
- * every thread of the daemon) switch to the peer's groups, gid and uid for
- * each step that touches the destination (walk from /, create the
- * temporary file, rename), and back.  The kernel then judges exactly as it
- * would the peer's own calls: mode bits, ACLs, sticky directories, LSMs,
- * and an NFS server's root squash sees the peer's uid.  A daemon without
- * CAP_SETUID (not root) writes only for its own uid and refuses others
- * with EPERM.
+ * Writing as the client (asuser.h): on the I/O thread, every step that
+ * touches the destination (walk from /, create the temporary file, write a
+ * set's files, rename) runs with the peer's groups, gid and uid as the
+ * thread's, and the kernel judges exactly as it would the peer's own
+ * calls.  The staged copy itself is stage.h's.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "asuser.h"
 #include "ckpt.h"
 #include "ckset.h"
 #include "clock.h"
@@ -183,81 +178,7 @@ static void ck_free(ck **cp)
     *cp = NULL;
 }
 
-/* ---- credentials (I/O threads) ---- */
-
-typedef struct creds_saved {
-    int switched;
-    int ngroups;
-    gid_t groups[CKPT_MAX_GROUPS * 4];
-} creds_saved;
-
-/* Act as cred for file system checks on this thread: 0, or -EPERM. */
-static int creds_enter(const ckpt_cred *cred, creds_saved *sv, char *err, size_t errlen)
-{
-    uid_t me = geteuid();
-    long n;
-
-    sv->switched = 0;
-    if (cred->uid == me)
-        return 0;                   /* the daemon's own user (root included) */
-    if (me != 0) {
-        snprintf(err, errlen, "granaryd runs as uid %u without CAP_SETUID: it publishes checkpoints "
-                 "for its own user only", (unsigned)me);
-        return -EPERM;
-    }
-    n = syscall(SYS_getgroups, (int)(sizeof(sv->groups) / sizeof(sv->groups[0])), sv->groups);
-    if (n < 0) {
-        snprintf(err, errlen, "getgroups: %s", strerror(errno));
-        return -EPERM;
-    }
-    sv->ngroups = (int)n;
-    if (syscall(SYS_setgroups, cred->ngroups > 0 ? (size_t)cred->ngroups : 0, cred->groups) < 0) {
-        snprintf(err, errlen, "setgroups: %s", strerror(errno));
-        return -EPERM;
-    }
-    syscall(SYS_setfsgid, cred->gid);
-    syscall(SYS_setfsuid, cred->uid);
-    sv->switched = 1;
-    if ((uid_t)syscall(SYS_setfsuid, (uid_t)-1) != cred->uid ||
-        (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != cred->gid) {
-        snprintf(err, errlen, "could not act as uid %u gid %u", (unsigned)cred->uid,
-                 (unsigned)cred->gid);
-        return -EPERM;              /* the caller leaves (creds_leave) at once */
-    }
-    return 0;
-}
-
-static void creds_leave(creds_saved *sv)
-{
-    if (!sv->switched)
-        return;
-    syscall(SYS_setfsuid, geteuid());
-    syscall(SYS_setfsgid, getegid());
-    if (syscall(SYS_setgroups, (size_t)sv->ngroups, sv->groups) < 0)
-        log_error("checkpoint: restoring this thread's groups: %s", strerror(errno));
-    sv->switched = 0;
-}
-
 /* ---- file helpers (I/O threads) ---- */
-
-/* Read exactly n bytes at off (a short file is -EIO). */
-static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -EIO;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
 
 /* Replace dir/name with text, atomically and durably. */
 static int write_atomic(int dfd, const char *name, const char *text, size_t len)
@@ -312,112 +233,12 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
     return write_atomic(k->dir_fd, name, text, n);
 }
 
-/*
- * As the peer (creds entered): the directory of c->dest, walked from "/"
- * to the root and beneath it without leaving it: an O_PATH fd, and the
- * last component in *base.  -errno with err.
- */
-static int open_parent(ckpts *k, const ck *c, const char **base, char *err, size_t errlen)
-{
-    const char *root = k->cfg.roots[c->root];
-    size_t rl = strlen(root);
-    const char *rel = c->dest + rl + (rl > 1 ? 1 : 0);
-    const char *slash = strrchr(c->dest, '/');
-    char parent[PATH_MAX];
-    struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
-    int rfd, pfd;
-
-    *base = slash + 1;
-    rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rfd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "root %s: %s", root, strerror(e));
-        return -e;
-    }
-    if (slash <= c->dest + rl) {
-        return rfd;                 /* the destination lies in the root itself */
-    }
-    snprintf(parent, sizeof(parent), "%.*s", (int)(slash - rel), rel);
-    pfd = (int)syscall(SYS_openat2, rfd, parent, &how, sizeof(how));
-    if (pfd < 0) {
-        int e = errno;
-        close(rfd);
-        snprintf(err, errlen, "destination directory %.*s: %s", (int)(slash - c->dest), c->dest,
-                 e == EXDEV || e == ELOOP ? "a link leads out of the root" : strerror(e));
-        return e == EXDEV || e == ELOOP ? -EACCES : -e;
-    }
-    close(rfd);
-    return pfd;
-}
-
-/* The temporary name beside the destination for checkpoint id. */
-static void tmp_name(char *out, size_t len, const char *base, uint64_t id)
-{
-    snprintf(out, len, ".%.200s.granary-%" PRIu64 ".tmp", base, id);
-}
-
-/*
- * As the peer: check it may create c->dest (it is not a directory, the
- * peer may search down to its directory and write there) by creating the
- * temporary file the drain will fill.  The kernel judges.
- */
-static int dest_check(ckpts *k, const ck *c, char *err, size_t errlen)
-{
-    creds_saved sv;
-    const char *base;
-    char tmp[300];
-    struct stat st;
-    int pfd, fd, rc;
-
-    rc = creds_enter(&c->cred, &sv, err, errlen);
-    if (rc < 0) {
-        creds_leave(&sv);
-        return rc;
-    }
-    pfd = open_parent(k, c, &base, err, errlen);
-    if (pfd < 0) {
-        rc = pfd;
-        goto out;
-    }
-    if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s is a directory", c->dest);
-        rc = -EISDIR;
-        goto out;
-    }
-    tmp_name(tmp, sizeof(tmp), base, c->id);
-    fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "uid %u may not create %s: %s", (unsigned)c->cred.uid, c->dest,
-                 strerror(-rc));
-        goto out;
-    }
-    close(fd);
-out:
-    if (pfd >= 0)
-        close(pfd);
-    creds_leave(&sv);
-    return rc;
-}
-
 /* ---- put (I/O thread, then loop) ---- */
 
-/* As the peer: remove the temporary dest_check made (a put that failed). */
+/* As c's writer: remove its temporary beside the destination. */
 static void dest_unlink_tmp(ckpts *k, const ck *c)
 {
-    creds_saved sv;
-    const char *base;
-    char tmp[300], err[256];
-    int pfd;
-
-    if (creds_enter(&c->cred, &sv, err, sizeof(err)) == 0 &&
-        (pfd = open_parent(k, c, &base, err, sizeof(err))) >= 0) {
-        tmp_name(tmp, sizeof(tmp), base, c->id);
-        unlinkat(pfd, tmp, 0);
-        close(pfd);
-    }
-    creds_leave(&sv);
+    asuser_unlink_tmp(&c->cred, k->cfg.roots[c->root], c->dest, c->id);
 }
 
 static void put_run(wq_job *j)
@@ -444,7 +265,8 @@ static void put_run(wq_job *j)
         goto fail;
     }
     journalled = 1;
-    rc = dest_check(k, c, p->err, sizeof(p->err));
+    rc = asuser_dest_check(&c->cred, k->cfg.roots[c->root], c->dest, c->id, p->err,
+                           sizeof(p->err));
     if (rc < 0)
         goto fail;
     checked = 1;
@@ -463,7 +285,7 @@ static void put_run(wq_job *j)
      * most about 1 MiB: within the first buffer). */
     if (c->set) {
         hn = c->size < CKPT_BUF ? (size_t)c->size : CKPT_BUF;
-        if ((rc = pread_all(p->fd, buf, hn, 0)) < 0) {
+        if ((rc = gr__pread_all(p->fd, buf, hn, 0)) < 0) {
             snprintf(p->err, sizeof(p->err), "reading the checkpoint set's header: %s",
                      strerror(-rc));
             goto fail;
@@ -488,7 +310,7 @@ static void put_run(wq_job *j)
     }
     for (uint64_t off = 0; off < c->size;) {
         size_t n = c->size - off < CKPT_BUF ? (size_t)(c->size - off) : CKPT_BUF;
-        if ((rc = pread_all(p->fd, buf, n, off)) < 0) {
+        if ((rc = gr__pread_all(p->fd, buf, n, off)) < 0) {
             snprintf(p->err, sizeof(p->err), "reading the checkpoint: %s", strerror(-rc));
             goto fail;
         }
@@ -888,16 +710,17 @@ static int drain_open(drainjob *d)
                      strerror(-rc));
         }
     } else {
-        creds_saved sv;
+        asuser_saved sv;
         const char *base;
-        rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+        rc = asuser_enter(&c->cred, &sv, d->err, sizeof(d->err));
         if (rc == 0)
-            d->dir_fd = rc = open_parent(k, c, &base, d->err, sizeof(d->err));
+            d->dir_fd = rc = asuser_open_parent(k->cfg.roots[c->root], c->dest, &base, d->err,
+                                                   sizeof(d->err));
         if (rc >= 0 && c->set) {
             rc = drain_open_set(d, base);
         } else if (rc >= 0) {
             rc = 0;
-            tmp_name(d->tmpname, sizeof(d->tmpname), base, c->id);
+            asuser_tmp_name(d->tmpname, sizeof(d->tmpname), base, c->id);
             d->out_fd = openat(d->dir_fd, d->tmpname,
                                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
             if (d->out_fd < 0) {
@@ -908,7 +731,7 @@ static int drain_open(drainjob *d)
         } else {
             d->dir_fd = -1;
         }
-        creds_leave(&sv);
+        asuser_leave(&sv);
     }
     if (rc == 0) {
         d->off = 0;
@@ -925,7 +748,7 @@ static int drain_finish_set(drainjob *d)
 {
     ckpts *k = d->k;
     ck *c = d->c;
-    creds_saved sv;
+    asuser_saved sv;
     int rc;
 
     if (!d->already && XXH3_64bits_digest(d->xs) != c->hash) {
@@ -934,10 +757,10 @@ static int drain_finish_set(drainjob *d)
         d->lost = 1;
         return -EIO;
     }
-    rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+    rc = asuser_enter(&c->cred, &sv, d->err, sizeof(d->err));
     if (rc == 0 && !d->already)
         rc = setpub_finish(d->sp, d->err, sizeof(d->err));
-    creds_leave(&sv);
+    asuser_leave(&sv);
     if (rc < 0)
         return rc;
     rc = journal_write(k, c, CKPT_PUBLISHED, NULL);
@@ -981,12 +804,12 @@ static int drain_finish(drainjob *d)
         if (renameat(d->dir_fd, d->tmpname, d->dir_fd, final) < 0)
             rc = -errno;
     } else {
-        creds_saved sv;
+        asuser_saved sv;
         const char *base = strrchr(c->dest, '/') + 1;
-        rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err));
+        rc = asuser_enter(&c->cred, &sv, d->err, sizeof(d->err));
         if (rc == 0 && renameat(d->dir_fd, d->tmpname, d->dir_fd, base) < 0)
             rc = -errno;
-        creds_leave(&sv);
+        asuser_leave(&sv);
     }
     if (rc == 0)
         rc = gr__fsync_dirat(d->dir_fd, ".");
@@ -1012,7 +835,7 @@ static void drain_run(wq_job *j)
     ck *c = d->c;
     uint8_t *buf = NULL;
     uint64_t end;
-    creds_saved sv;
+    asuser_saved sv;
     int rc = 0, set;
 
     d->rc = 0;
@@ -1032,8 +855,8 @@ static void drain_run(wq_job *j)
         goto out;
     }
     /* A set's files are created in the slice that reaches them: as the peer. */
-    if (set && (rc = creds_enter(&c->cred, &sv, d->err, sizeof(d->err))) < 0) {
-        creds_leave(&sv);
+    if (set && (rc = asuser_enter(&c->cred, &sv, d->err, sizeof(d->err))) < 0) {
+        asuser_leave(&sv);
         goto out;
     }
     end = c->size - d->off < d->slice ? c->size : d->off + d->slice;
@@ -1055,7 +878,7 @@ static void drain_run(wq_job *j)
         d->moved += n;
     }
     if (set)
-        creds_leave(&sv);
+        asuser_leave(&sv);
     if (rc == 0 && d->off == c->size)
         rc = drain_finish(d);
 out:
@@ -1642,7 +1465,7 @@ int ckpt_staged_find(const ckpts *k, const char *norm, ckpt_staged *out)
         out->gid = c->cred.gid;
         slash = strrchr(c->dest, '/');
         snprintf(out->tmp, sizeof(out->tmp), "%.*s/", (int)(slash - c->dest), c->dest);
-        tmp_name(out->tmp + strlen(out->tmp), sizeof(out->tmp) - strlen(out->tmp), slash + 1,
+        asuser_tmp_name(out->tmp + strlen(out->tmp), sizeof(out->tmp) - strlen(out->tmp), slash + 1,
                  c->id);
         return 1;
     }

@@ -81,24 +81,6 @@ static long decode(const uint8_t *buf, size_t len, uint64_t total, proto_set_fil
     return h;
 }
 
-static int read_all(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -EIO;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 /* Make part i the open one.  A written part left behind is fsynced. */
 static int part_open(stage *s, uint32_t i)
 {
@@ -325,7 +307,7 @@ static long read_hdr(int set_fd, uint8_t **buf)
         return -EIO;
     }
     *buf = malloc((size_t)st.st_size);
-    rc = *buf ? read_all(fd, *buf, (size_t)st.st_size, 0) : -ENOMEM;
+    rc = *buf ? gr__pread_all(fd, *buf, (size_t)st.st_size, 0) : -ENOMEM;
     close(fd);
     if (rc < 0) {
         free(*buf);
@@ -396,7 +378,7 @@ uint64_t stage_size(const stage *s)
 
 int stage_pread(stage *s, uint8_t *p, size_t n, uint64_t off)
 {
-    return stage_io(s, p, n, off, read_all);
+    return stage_io(s, p, n, off, gr__pread_all);
 }
 
 int stage_pwrite(stage *s, const uint8_t *p, size_t n, uint64_t off)
