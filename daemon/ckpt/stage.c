@@ -60,6 +60,17 @@ static int parts_of_set(stage *s, size_t hdr_len, const proto_set_file *files, u
     return 0;
 }
 
+/* The one part of a single file, N.data. */
+static int parts_of_file(stage *s)
+{
+    s->parts = calloc(1, sizeof(*s->parts));
+    if (!s->parts)
+        return -ENOMEM;
+    s->nparts = 1;
+    s->parts[0].len = s->total;
+    return 0;
+}
+
 /* Decode a set's header (buf, len bytes of the container's start): its
  * length and files (malloc'ed, *files), or -EIO / -ENOMEM. */
 static long decode(const uint8_t *buf, size_t len, uint64_t total, proto_set_file **files,
@@ -250,14 +261,8 @@ int stage_create_named(int dir_fd, uint64_t id, int set, uint64_t total, const u
             snprintf(err, errlen, "staging directory %s: %s", name, strerror(-rc));
             goto fail;
         }
-    } else {
-        s->parts = calloc(1, sizeof(*s->parts));
-        if (!s->parts) {
-            rc = -ENOMEM;
-            goto fail;
-        }
-        s->nparts = 1;
-        s->parts[0].len = total;
+    } else if ((rc = parts_of_file(s)) < 0) {
+        goto fail;
     }
     /* Every part made and its space taken before a byte is copied. */
     for (uint32_t i = 0; i < s->nparts; i++) {
@@ -337,13 +342,8 @@ int stage_open(int dir_fd, uint64_t id, uint64_t total, stage **out)
             rc = -errno;
             goto fail;
         }
-        s->parts = calloc(1, sizeof(*s->parts));
-        if (!s->parts) {
-            rc = -ENOMEM;
+        if ((rc = parts_of_file(s)) < 0)
             goto fail;
-        }
-        s->nparts = 1;
-        s->parts[0].len = total;
         if ((rc = part_open(s, 0)) < 0)
             goto fail;              /* -ENOENT: no copy at all */
         *out = s;
