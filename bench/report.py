@@ -92,10 +92,11 @@ p("DFS: MooseFS %s (master + 2 chunkservers in network namespaces, `scripts/dfs.
   "Granary reads and with the default cache mode for the page-cache rows. Chunk size %s for "
   "Granary, memcached and Redis (read-through: GET, on a miss pread from the DFS and SET). "
   "Datasets: %s; %s; %s. %s, Redis %s, all on Unix sockets. Every reader: `build/bench/dfsbench`, "
-  "%s processes unless the table says otherwise." %
+  "%s processes unless the table says otherwise. Shared-memory huge pages (`shmem_enabled`): %s "
+  "(granaryd's `[dram] huge_pages = auto` uses them where this allows advised mappings)." %
   (setup.get("moosefs", "?"), setup.get("rate"), setup.get("chunk"), setup.get("large"),
    setup.get("samples"), setup.get("shards"), setup.get("memcached"), setup.get("redis"),
-   setup.get("procs")))
+   setup.get("procs"), setup.get("shmem_thp", "not recorded")))
 p()
 p("How to read: **cold** = first pass, every cache empty and the page cache dropped; **warm** = the "
   "same reads again. **Staging, first pass** counts the copy to local disk plus the first read. "

@@ -109,12 +109,12 @@ START_TEST(test_set_by_member)
     ck_assert_uint_eq(n, NF);
     ck_assert_str_eq(nm[2], "optim.pt");
     stage_names_free(&nm, n);
-    ck_assert_int_eq(stage_names(dfd, 5, total + 1, &nm, &n), -EIO);  /* sizes do not add up */
+    ck_assert_int_eq(stage_names(dfd, 5, total + 1, &nm, &n), -EBADMSG);  /* sizes do not add up */
 
     /* A part of the wrong size is not the part the header says. */
     ck_assert_int_eq(truncate(strcat(strcpy((char *)back, d), "/5.set/2"), 10), 0);
     ck_assert_int_eq(stage_open(dfd, 5, total, &s), 0);
-    ck_assert_int_eq(stage_pread(s, back, (size_t)total, 0), -EIO);
+    ck_assert_int_eq(stage_pread(s, back, (size_t)total, 0), -EBADMSG);
     stage_close(&s);
 
     stage_remove(dfd, 5);

@@ -692,7 +692,7 @@ static int drain_open(drainjob *d)
     if (rc < 0) {
         snprintf(d->err, sizeof(d->err), "staged copy of checkpoint %" PRIu64 " in %s: %s", c->id,
                  k->dir, strerror(-rc));
-        d->lost = rc == -ENOENT || rc == -EIO;
+        d->lost = rc == -ENOENT || rc == -EBADMSG;
         return rc;
     }
     if (d->phase == 0) {
@@ -864,6 +864,7 @@ static void drain_run(wq_job *j)
         size_t n = end - d->off < CKPT_BUF ? (size_t)(end - d->off) : CKPT_BUF;
         if ((rc = stage_pread(d->in, buf, n, d->off)) < 0) {
             snprintf(d->err, sizeof(d->err), "reading the staged copy: %s", strerror(-rc));
+            d->lost = rc == -EBADMSG;   /* a set's part is not the size its header says */
             break;
         }
         if (set)
@@ -1324,7 +1325,7 @@ static int load(ckpts *k, char *err, size_t errlen)
             ndrain++;
             /* A set staged by member: its names, for reads before publish
              * (-ENOENT: staged whole by an older daemon, read once
-             * published; -EIO: its drain finds it lost). */
+             * published; -EBADMSG: its drain finds it lost). */
             if (c->set && stage_names(k->dir_fd, c->id, c->size, &c->names, &c->nnames) < 0)
                 c->nnames = 0;
         }

@@ -72,14 +72,14 @@ static int parts_of_file(stage *s)
 }
 
 /* Decode a set's header (buf, len bytes of the container's start): its
- * length and files (malloc'ed, *files), or -EIO / -ENOMEM. */
+ * length and files (malloc'ed, *files), or -EBADMSG / -ENOMEM. */
 static long decode(const uint8_t *buf, size_t len, uint64_t total, proto_set_file **files,
                    uint32_t *n)
 {
     long h = proto_set_dec_hdr(buf, len, total, n, NULL, 0);
 
     if (h <= PROTO_NEED_MORE)
-        return -EIO;
+        return -EBADMSG;
     *files = calloc(*n ? *n : 1, sizeof(**files));
     if (!*files)
         return -ENOMEM;
@@ -87,7 +87,7 @@ static long decode(const uint8_t *buf, size_t len, uint64_t total, proto_set_fil
     if (h <= PROTO_NEED_MORE) {
         free(*files);
         *files = NULL;
-        return -EIO;
+        return -EBADMSG;
     }
     return h;
 }
@@ -116,7 +116,7 @@ static int part_open(stage *s, uint32_t i)
     if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->parts[i].len) {
         close(s->fd);
         s->fd = -1;
-        return -EIO;                /* not the part the header says */
+        return -EBADMSG;            /* not the part the header says */
     }
     return 0;
 }
@@ -309,7 +309,7 @@ static long read_hdr(int set_fd, uint8_t **buf)
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < PROTO_SET_FIXED ||
         st.st_size > STAGE_HDR_MAX) {
         close(fd);
-        return -EIO;
+        return -EBADMSG;
     }
     *buf = malloc((size_t)st.st_size);
     rc = *buf ? gr__pread_all(fd, *buf, (size_t)st.st_size, 0) : -ENOMEM;
@@ -356,7 +356,7 @@ int stage_open(int dir_fd, uint64_t id, uint64_t total, stage **out)
     h = decode(hdr, (size_t)len, total, &files, &n);
     free(hdr);
     if (h < 0 || h != len) {
-        rc = h < 0 ? (int)h : -EIO;
+        rc = h < 0 ? (int)h : -EBADMSG;
         free(files);
         goto fail;
     }
@@ -465,7 +465,7 @@ int stage_names(int dir_fd, uint64_t id, uint64_t total, char ***names, uint32_t
         return (int)len;
     h = decode(hdr, (size_t)len, total, &files, n);
     if (h >= 0 && h != len)
-        h = -EIO;
+        h = -EBADMSG;
     rc = h < 0 ? (int)h : names_of(files, *n, names);
     if (rc < 0)
         *n = 0;

@@ -45,17 +45,18 @@ int stage_create_named(int dir_fd, uint64_t id, int set, uint64_t total, const u
 
 /*
  * Open checkpoint id's staged copy of total bytes for reading: N.set/ if
- * there is one (its header decoded against total: -EIO if it does not
- * decode; each part's size is checked when first read: -EIO if it
- * differs), else N.data.  0 and *out, or -errno (-ENOENT: no copy).
+ * there is one (its header decoded against total: -EBADMSG if it does
+ * not decode; each part's size is checked when first read: -EBADMSG if
+ * it differs), else N.data.  0 and *out, or -errno (-ENOENT: no copy;
+ * -ENOENT and -EBADMSG mean the copy is lost, anything else may pass).
  */
 int stage_open(int dir_fd, uint64_t id, uint64_t total, stage **out);
 
 /* The copy's bytes: all of the container, in order. */
 uint64_t stage_size(const stage *s);
 
-/* Exactly n bytes at container offset off (EINTR retried; a short part
- * is -EIO).  0 or -errno. */
+/* Exactly n bytes at container offset off (EINTR retried; a short file
+ * is -EIO, a set's part of the wrong size -EBADMSG).  0 or -errno. */
 int stage_pread(stage *s, uint8_t *p, size_t n, uint64_t off);
 
 /* Write n bytes at container offset off (a stage from stage_create; the
@@ -84,7 +85,7 @@ int stage_member_open(int dir_fd, uint64_t id, uint32_t index);
  * The member names of set id, total bytes (from N.set/hdr, decoded):
  * *names is a malloc'ed array of *n malloc'ed NUL-terminated strings
  * (stage_names_free).  0, or -errno (-ENOENT: a set staged as one N.data,
- * or none; -EIO: a header that does not decode).
+ * or none; -EBADMSG: a header that does not decode).
  */
 int stage_names(int dir_fd, uint64_t id, uint64_t total, char ***names, uint32_t *n);
 
