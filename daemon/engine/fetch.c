@@ -141,6 +141,26 @@ static int pending_eq(const gr__hnode *n, const void *key)
     return memcmp(gr__container_of(n, pending, hn)->key, key, CHUNK_KEY_LEN) == 0;
 }
 
+/*
+ * Zero c's bytes from len to len rounded up to 4096 (NVME_ALIGN): an
+ * O_DIRECT write of the rounded length then never carries stale bytes to
+ * disk.  Not the rest of the block: the buddy block of a 100 KB file is
+ * 128 KiB, and zeroing all of it wrote a third more than the file on every
+ * cold fetch (4.7% of the daemon's CPU on a cold pass of 100 KB files)
+ * and committed arena pages nothing uses.  What a block held before is its
+ * owner's (a segment that changes owner is renewed: arena.h), so nothing
+ * past len needs clearing for isolation.
+ */
+static void zero_tail(chunk *c, size_t len)
+{
+    size_t end = (len + 4095) & ~(size_t)4095;
+
+    if (end > c->cap)
+        end = c->cap;
+    if (end > len)
+        memset(c->data + len, 0, end - len);
+}
+
 /* Worker thread: each backend in turn until one has the chunk.  Touches
  * only p and the immutable parts of p->f. */
 static void fetch_run(wq_job *j)
@@ -157,7 +177,7 @@ static void fetch_run(wq_job *j)
         /* The claim of a quarantined chunk: its bytes are verified and
          * whole; only their memory changes owner. */
         memcpy(p->c->data, p->copy_from->data, p->copy_from->len);
-        memset(p->c->data + p->copy_from->len, 0, p->c->cap - p->copy_from->len);
+        zero_tail(p->c, p->copy_from->len);
         p->c->len = p->copy_from->len;
         p->from = FROM_COPY;
         return;
@@ -175,9 +195,7 @@ static void fetch_run(wq_job *j)
             r = BACKEND_MISS;
         }
         if (r == BACKEND_OK) {
-            /* Zero the tail so that an O_DIRECT write of the rounded length
-             * never carries stale bytes to disk. */
-            memset(p->c->data + len, 0, p->c->cap - len);
+            zero_tail(p->c, len);
             p->c->len = (uint32_t)len;
             p->from = (int)i;
             return;
