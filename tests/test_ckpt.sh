@@ -145,6 +145,19 @@ out=$($W put "$dir/sock" "$dir/src/early/a" 16777216 62 staged-only)
 id=$(echo "$out" | sed -n 's/^acked //p')
 st=$(state_of "$id")
 check "acknowledged before it is local (state $st)" sh -c "echo '$out' | grep -q '^state staged' && [ '$st' = staged ]"
+cat > "$dir/hostile.py" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)      # under the shim: the daemon's staged copy (the memfd)
+try:
+    rw = os.open("/proc/self/fd/%d" % fd, os.O_RDWR)
+except OSError as e:
+    print("refused %d" % e.errno)
+    sys.exit(0)
+os.ftruncate(rw, int(sys.argv[2]))           # the bytes are sealed; the mtime is not
+print("reopened writable")
+PY
+hres=$(as_user env LD_PRELOAD=build/libgranary_preload.so GRANARY_SOCKET="$dir/sock" GRANARY_PRELOAD_ROOTS="$dir/src" /usr/bin/python3 "$dir/hostile.py" "$dir/src/early/a" 16777216 2>&1)
+check "  another uid handed the staged memfd cannot reopen it writable ($hres)" sh -c "echo '$hres' | grep -q '^refused'"
 check "  read through the daemon meanwhile: the new bytes" $W read "$dir/sock" "$dir/src/early/a" 16777216 62
 check "  still staged after that read (the window was real)" test "$(state_of "$id")" = staged
 check "  then local and published" wait_state "$id" published 30
@@ -350,6 +363,8 @@ $W direct "$dir/exps1" $ss 41001 > /dev/null; $W direct "$dir/exps2" $ss 42000 >
 echo "weio /src/held" > "$dir/faults.new"; mv "$dir/faults.new" "$dir/faults"
 sid1=$($W setput "$dir/sock" "$dir/src/held/set" 3 $ss 41 | sed -n 's/^acked //p')
 sid2=$($W setput "$dir/sock" "$dir/src/held/set2" 2 $ss 42 | sed -n 's/^acked //p')
+idl=$($W put "$dir/sock" "$dir/src/held/lost.ckpt" 1048576 43 | sed -n 's/^acked //p')
+printf 'X' | dd of="$dir/nvme/checkpoints/$idl.data" bs=1 seek=1000 conv=notrunc 2> /dev/null
 n0=$(stat_of ckpt_staged_opens)
 id1=$($W put "$dir/sock" "$dir/src/held/new.ckpt" $sz 31 | sed -n 's/^acked //p')
 id2=$($W put "$dir/sock" "$dir/src/held/old.ckpt" $sz 32 | sed -n 's/^acked //p')
@@ -380,6 +395,8 @@ check "after publish libgranary reads the published file (new bytes)" $W read "$
 check "after publish the file on the DFS is byte-exact" $W check "$dir/src/held/old.ckpt" $sz 32
 check "after publish cmp under the shim still matches" $PRE cmp "$dir/exp32" "$dir/src/held/old.ckpt"
 wait_state "$sid1" published 40 && wait_state "$sid2" published 40
+check "a staged copy that fails its checksum in the drain is failed ($(state_of "$idl"))" wait_state "$idl" failed 20
+check "  journalled failed, its staged copy and temporary removed" sh -c "grep -q '^state failed' $dir/nvme/checkpoints/$idl.ckpt && [ ! -e $dir/nvme/checkpoints/$idl.data ] && ! ls -A $dir/src/held | grep -q 'lost.ckpt.granary' && [ ! -e $dir/src/held/lost.ckpt ]"
 check "the sets published after the hold, whole" sh -c "$W setcheck $dir/src/held/set 3 $ss 41 && $W setcheck $dir/src/held/set2 2 $ss 42"
 check "after publish the set's file is read from the DFS (new bytes)" sh -c "$W read $dir/sock $dir/src/held/set/shard1 $ss 41001 && $PRE cmp $dir/exps1 $dir/src/held/set/shard1"
 check "no staged set left once published" sh -c "! ls $dir/nvme/checkpoints/ | grep -q '\.set\$'"

@@ -90,6 +90,8 @@ typedef struct putjob {
     ckpt_put_cb cb;             /* NULL once called */
     void *arg;
     int early;                  /* acknowledge at the ack point, not at local */
+    int sealed;                 /* fd is a memfd sealed against write, grow and shrink: its
+                                 * bytes are fixed (a plain file is checked for changes) */
     struct event *ack_ev;       /* early: made active by put_run at the ack point */
     int past_ack;               /* put_run passed the ack point (read in put_done) */
     uint64_t hash;              /* put_run's XXH3 (c->hash is the loop's) */
@@ -203,8 +205,11 @@ static int write_atomic(int dfd, const char *name, const char *text, size_t len)
     return rc;
 }
 
-/* The journal entry of c in state st. */
-static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
+/* The journal entry of c in state st, with hash as its XXH3 (put_run's,
+ * before the loop has c->hash: only fields the loop does not write while
+ * the put runs are read). */
+static int journal_write_hash(ckpts *k, const ck *c, uint64_t hash, ckpt_state st,
+                              const char *why)
 {
     char name[64], text[PATH_MAX + 1024];
     size_t n;
@@ -213,7 +218,7 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
                          "granary-checkpoint 1\nid %" PRIu64 "\nstate %s\nuid %u\ngid %u\n"
                          "size %" PRIu64 "\nxxh3 %016" PRIx64 "\nroot %d\ngroups",
                          c->id, ckpt_state_name(st), (unsigned)c->cred.uid,
-                         (unsigned)c->cred.gid, c->size, c->hash, c->root);
+                         (unsigned)c->cred.gid, c->size, hash, c->root);
     for (int i = 0; i < c->cred.ngroups && n < sizeof(text) - 32; i++)
         n += (size_t)snprintf(text + n, sizeof(text) - n, " %u", (unsigned)c->cred.groups[i]);
     if (c->set && n < sizeof(text))
@@ -233,6 +238,12 @@ static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
     return write_atomic(k->dir_fd, name, text, n);
 }
 
+/* The journal entry of c in state st (loop, or a job on its own copy). */
+static int journal_write(ckpts *k, const ck *c, ckpt_state st, const char *why)
+{
+    return journal_write_hash(k, c, c->hash, st, why);
+}
+
 /* ---- put (I/O thread, then loop) ---- */
 
 /* As c's writer: remove its temporary beside the destination. */
@@ -246,7 +257,6 @@ static void put_run(wq_job *j)
     putjob *p = (putjob *)j;
     ckpts *k = p->k;
     ck *c = p->c;
-    ck jc;
     char name[64];
     struct stat st0, st1;
     uint8_t *buf = NULL;
@@ -322,8 +332,13 @@ static void put_run(wq_job *j)
         XXH3_64bits_update(xs, buf, n);
         off += n;
     }
-    if (fstat(p->fd, &st1) < 0 || st1.st_size != st0.st_size ||
-        st1.st_mtim.tv_sec != st0.st_mtim.tv_sec || st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec) {
+    /* A plain file's bytes could have changed under the copy: its size and
+     * mtime say.  A sealed memfd's cannot, and its mtime is not the
+     * writer's alone to touch (a reader handed it may ftruncate it to its
+     * own size), so it is not asked. */
+    if (!p->sealed && (fstat(p->fd, &st1) < 0 || st1.st_size != st0.st_size ||
+                       st1.st_mtim.tv_sec != st0.st_mtim.tv_sec ||
+                       st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec)) {
         rc = -ESTALE;
         snprintf(p->err, sizeof(p->err), "the checkpoint's source changed while it was staged");
         goto fail;
@@ -334,9 +349,7 @@ static void put_run(wq_job *j)
         goto fail;
     }
     p->hash = XXH3_64bits_digest(xs);
-    jc = *c;                        /* c->hash is the loop's to set */
-    jc.hash = p->hash;
-    rc = journal_write(k, &jc, CKPT_LOCAL, NULL);
+    rc = journal_write_hash(k, c, p->hash, CKPT_LOCAL, NULL);   /* c->hash is the loop's */
     if (rc < 0) {
         snprintf(p->err, sizeof(p->err), "journal of checkpoint %" PRIu64 ": %s", c->id,
                  strerror(-rc));
@@ -387,12 +400,13 @@ static void clean_run(wq_job *j)
     cleanjob *cj = (cleanjob *)j;
     int rc;
 
-    /* Journal first: a kill before the unlinks leaves a superseded entry
-     * whose leftovers the next load removes. */
-    rc = journal_write(cj->k, &cj->c, CKPT_SUPERSEDED, NULL);
+    /* Journal first: a kill before the unlinks leaves a superseded (or
+     * failed) entry whose leftovers the next load removes. */
+    rc = journal_write(cj->k, &cj->c, cj->c.state,
+                       cj->c.state == CKPT_FAILED ? cj->c.error : NULL);
     if (rc < 0)
-        log_warn("checkpoint %" PRIu64 ": journal of its supersession: %s (a restart "
-                 "supersedes it again)", cj->c.id, strerror(-rc));
+        log_warn("checkpoint %" PRIu64 ": journal of it %s: %s (said again at the next start)",
+                 cj->c.id, ckpt_state_name(cj->c.state), strerror(-rc));
     stage_remove(cj->k->dir_fd, cj->c.id);
     dest_unlink_tmp(cj->k, &cj->c);
 }
@@ -412,10 +426,10 @@ static void clean_done(wq_job *j)
  * beside the destination (a replica in replica_dir is kept, as a published
  * checkpoint's is).
  */
+static void clean_submit(ckpts *k, const ck *c);
+
 static void supersede(ckpts *k, ck *c, uint64_t by)
 {
-    cleanjob *cj;
-
     c->state = CKPT_SUPERSEDED;
     c->superseded_by = by;
     c->drained = 0;
@@ -428,7 +442,18 @@ static void supersede(ckpts *k, ck *c, uint64_t by)
     c->nnames = 0;
     log_info("checkpoint %" PRIu64 " for %s superseded by %" PRIu64 " (published): dropped",
              c->id, c->dest, by);
-    cj = calloc(1, sizeof(*cj));
+    clean_submit(k, c);
+}
+
+/*
+ * c is superseded or failed (state and error set): an I/O job journals it
+ * so and removes its staged copy and its temporary beside the destination
+ * (a replica in replica_dir is kept, as a published checkpoint's is).
+ */
+static void clean_submit(ckpts *k, const ck *c)
+{
+    cleanjob *cj = calloc(1, sizeof(*cj));
+
     if (cj) {
         cj->c = *c;
         cj->c.names = NULL;         /* c's, and not needed here */
@@ -436,7 +461,7 @@ static void supersede(ckpts *k, ck *c, uint64_t by)
         cj->c.dest = strdup(c->dest);
     }
     if (!cj || !cj->c.dest) {
-        /* Its journal still says local: the next load supersedes it again. */
+        /* Its journal still says local: the next load finds it again. */
         log_warn("checkpoint %" PRIu64 ": out of memory removing its staged copy", c->id);
         free(cj);
         return;
@@ -555,7 +580,7 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
              int early, ckpt_put_cb cb, void *arg, char *err, size_t errlen)
 {
     struct stat st;
-    int flags, seals;
+    int flags, seals, sealed;
     putjob *p;
     ck *c;
 
@@ -600,9 +625,18 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
      * file could, and is checked only once copied) and within the memory
      * bound; else acknowledged once local, as if not asked. */
     seals = fcntl(fd, F_GET_SEALS);
-    if (early && (seals < 0 || !(seals & F_SEAL_WRITE) || !(seals & F_SEAL_SHRINK) ||
+    sealed = seals >= 0 && (seals & F_SEAL_WRITE) && (seals & F_SEAL_SHRINK) &&
+             (seals & F_SEAL_GROW);
+    if (early && (!sealed || k->cfg.memory == 0 ||
                   (uint64_t)st.st_size > k->cfg.memory - k->mem_held || k->mem_held > k->cfg.memory))
         early = 0;
+    /* Readers before local are handed this memfd: a memfd's inode is mode
+     * 0777 whoever made it, so any of them could reopen it writable
+     * through /proc and, the bytes sealed, still change its mtime.  0400
+     * leaves that to its owner; the copy does not look at the mtime of a
+     * sealed memfd anyway (put_run). */
+    if (sealed)
+        (void)fchmod(fd, 0400);
     p = calloc(1, sizeof(*p));
     c = calloc(1, sizeof(*c));
     if (!p || !c) {
@@ -634,6 +668,7 @@ int ckpt_put(ckpts *k, const ckpt_cred *cred, char *norm, int root, int fd, int 
     p->cb = cb;
     p->arg = arg;
     p->early = early != 0;
+    p->sealed = sealed;
     p->job.run = put_run;
     p->job.done = put_done;
     workers_submit(k->w, &p->job, WQ_DEMAND);   /* a client waits on it */
@@ -1019,6 +1054,11 @@ static void drain_done(wq_job *j)
             c->state = CKPT_FAILED;
             k->reserved -= c->size;
             k->ndone++;
+            stage_names_free(&c->names, c->nnames);
+            c->nnames = 0;
+            /* Journalled failed, its copy and temporary removed: once
+             * pruned from the list nothing of it is left behind. */
+            clean_submit(k, c);
         } else {
             log_warn("checkpoint %" PRIu64 " for %s: drain failed (attempt %u, retry in %.0f s): "
                      "%s", c->id, c->dest, c->attempts, back, d->err);
@@ -1291,7 +1331,8 @@ static int load(ckpts *k, char *err, size_t errlen)
             log_error("checkpoint %" PRIu64 " for %s was acknowledged while staged and the daemon "
                       "stopped before it was on NVMe: lost", c->id, c->dest);
             snprintf(c->error, sizeof(c->error), "lost: the daemon stopped before it was on the "
-                     "node's NVMe (acknowledged staged)");
+                     "node's NVMe (asked to be acknowledged staged; the writer may not have "
+                     "been told yet)");
             dest_unlink_tmp(k, c);
             stage_remove(k->dir_fd, c->id);
             c->state = CKPT_FAILED;
@@ -1311,6 +1352,10 @@ static int load(ckpts *k, char *err, size_t errlen)
         }
         gr__list_push_back(&k->all, &c->link);
         if (c->state == CKPT_FAILED) {
+            /* Its leftovers, if a kill came between its journal and
+             * their removal. */
+            stage_remove(k->dir_fd, c->id);
+            dest_unlink_tmp(k, c);
             k->ndone++;
         } else if (c->state == CKPT_PUBLISHED || c->state == CKPT_SUPERSEDED) {
             stage_remove(k->dir_fd, c->id);     /* a kill between journal and removal */
