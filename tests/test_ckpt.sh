@@ -8,7 +8,9 @@
 # keeping the staged copy and retrying; and a SIGKILL torture: the daemon
 # killed at random points of staging, drain and publish, the destination
 # checked byte-exact after each kill (absent or one whole version), and the
-# drains resumed at the end.  CKPT_KILLS sets the number of kills (30).
+# drains resumed at the end; about a third of those puts acknowledged early,
+# each to end published, superseded or failed "lost" (never the
+# destination's).  CKPT_KILLS sets the number of kills (30).
 NAME=ckpt; . tests/lib.sh
 W=build/tests/ckpt_writer
 FI=build/tests/libfaultinject.so
@@ -403,37 +405,81 @@ check "no staged set left once published" sh -c "! ls $dir/nvme/checkpoints/ | g
 stop
 
 # ---- SIGKILL torture ----
+# About a third of the puts, chosen at random, are acknowledged early
+# (ckpt_writer put ... staged: acked while staged, then it waits for local);
+# for those the daemon runs under faultinject with its writes of N.data
+# delayed (wdelay, 150 ms each: fallocate and the 4 MiB pieces), so that
+# some kills land between the early ack and "local".  Such a checkpoint
+# must come back failed, "lost", and never be the destination's content;
+# an early put that saw local counts as acknowledged local.
 conf "drain_bandwidth = 12M"
 mkdir -p "$dir/src/tort"
 dest="$dir/src/tort/model.ckpt"
 size=6291456
-v=0; last_acked=0; torn=0; in_drain=0
+v=0; last_acked=0; torn=0; in_drain=0; n_early=0; seen=" "
+: > "$dir/early.lst"
 while [ $v -lt "$KILLS" ]; do
     v=$((v + 1))
-    start || break
-    $W put "$dir/sock" "$dest" $size $v > "$dir/w.out" 2>/dev/null &
+    if [ $(($(od -An -N1 -tu1 /dev/urandom) % 3)) -eq 0 ]; then
+        n_early=$((n_early + 1))
+        echo "wdelay .data 150" > "$dir/faults"
+        start FAULTINJECT_CONTROL="$dir/faults" LD_PRELOAD="$FI" || break
+        $W put "$dir/sock" "$dest" $size $v staged > "$dir/w.out" 2>/dev/null &
+    else
+        start || break
+        $W put "$dir/sock" "$dest" $size $v > "$dir/w.out" 2>/dev/null &
+    fi
     wpid=$!
     sleep "0.$(od -An -N2 -tu2 /dev/urandom | awk '{printf "%03d", $1 % 800}')"
     kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=
     wait "$wpid" 2>/dev/null
-    grep -q '^acked' "$dir/w.out" && last_acked=$v
+    if grep -q '^state staged' "$dir/w.out"; then
+        # acked early: "v id local" if it then saw local, "v id -" if not
+        echo "$v $(sed -n 's/^acked //p' "$dir/w.out") $(grep -q '^local_s' "$dir/w.out" && echo local || echo -)" >> "$dir/early.lst"
+        grep -q '^local_s' "$dir/w.out" && last_acked=$v
+    elif grep -q '^acked' "$dir/w.out"; then
+        last_acked=$v
+    fi
     grep -lEq '^state (local|replicated)' "$dir"/nvme/checkpoints/*.ckpt 2>/dev/null && in_drain=$((in_drain + 1))
     if [ -e "$dest" ]; then
         ok=0; u=1
         while [ $u -le $v ]; do $W check "$dest" $size $u && { ok=1; break; }; u=$((u + 1)); done
+        [ $ok -eq 1 ] && seen="$seen$u "
         [ $ok -eq 1 ] || { torn=$((torn + 1)); echo "torn destination after kill $v"; }
     fi
 done
-echo "     ($in_drain of $KILLS kills left a drain to resume)"
+echo "     ($in_drain of $KILLS kills left a drain to resume; $n_early puts early, $(wc -l < "$dir/early.lst") of them acknowledged staged)"
 check "$KILLS kills: the destination was always absent or one whole version" test $torn -eq 0
 check "some kills landed in a drain" test $in_drain -gt 0
 start || exit 1
 i=0
 while [ $i -lt 600 ] && $CTL -s "$dir/sock" ckpt list | grep -Eq '	(staged|local|replicated)	'; do sleep 0.1; i=$((i + 1)); done
-check "after the last restart every drain resumed and published" sh -c "! $CTL -s $dir/sock ckpt list | grep -Eq '	(staged|local|replicated)	'"
-final=0; u=$last_acked
-while [ $u -le $v ] && [ $last_acked -gt 0 ]; do $W check "$dest" $size $u && { final=$u; break; }; u=$((u + 1)); done
+check "after the last restart every drain resumed and published (nothing staged, local or replicated)" sh -c "! $CTL -s $dir/sock ckpt list | grep -Eq '	(staged|local|replicated)	'"
+final=0; u=1
+while [ $u -le $v ]; do $W check "$dest" $size $u && { final=$u; break; }; u=$((u + 1)); done
 check "the destination is the last acknowledged version or a later one (acked $last_acked, found $final)" test $final -ge $last_acked -a $last_acked -gt 0
+seen="$seen$final "
+# Each early-acknowledged put's end: published, superseded by a later one,
+# or failed "lost" (only if it never saw local), never the destination's.
+lost=0; pub=0; sup=0; bad=0
+while read -r ev eid elocal; do
+    line=$($CTL -s "$dir/sock" ckpt status "$eid" 2>&1)
+    case $(echo "$line" | cut -f2) in
+    published) pub=$((pub + 1)) ;;
+    superseded) sup=$((sup + 1)) ;;
+    failed)
+        lost=$((lost + 1))
+        echo "$line" | grep -q '	error: .*lost' || { bad=$((bad + 1)); echo "early v$ev (checkpoint $eid) failed without \"lost\": $line"; }
+        [ "$elocal" = - ] || { bad=$((bad + 1)); echo "early v$ev (checkpoint $eid) saw local, then failed: $line"; }
+        case $seen in *" $ev "*) bad=$((bad + 1)); echo "early v$ev (checkpoint $eid) is lost but was the destination's content" ;; esac ;;
+    *) bad=$((bad + 1)); echo "early v$ev (checkpoint $eid): $line" ;;
+    esac
+done < "$dir/early.lst"
+echo "     (early puts acknowledged staged: $lost lost, $pub published, $sup superseded)"
+check "every early put ended published, superseded or failed \"lost\" (never the destination's)" test $bad -eq 0
+$CTL -s "$dir/sock" ckpt list | awk -F '\t' -v d="$dest" '$2 == "failed" && $6 == d && $7 !~ /lost/' > "$dir/notlost"
+check "every failed checkpoint of the destination says it was lost" test ! -s "$dir/notlost"
+[ -s "$dir/notlost" ] && cat "$dir/notlost"
 check "no staged copy left once all are published" sh -c "! ls $dir/nvme/checkpoints/ | grep -q data"
 check "no temporary left beside the destination" sh -c "! ls -A $dir/src/tort | grep -q granary"
 stop
