@@ -187,6 +187,9 @@ check "  the checkpoint is failed, with the reason ($(state_of "$id"))" sh -c "$
 check "  the destination keeps the previous checkpoint (EIO)" $W check "$dir/src/early/a" 16777216 62
 check "  the daemon still stages checkpoints" sh -c "$W put $dir/sock $dir/src/early/c 1048576 66 staged-wait > /dev/null && $W check $dir/src/early/c 1048576 66"
 stop
+start || exit 1
+check "  after a restart it still says lost, with the reason (journalled so)" sh -c "$CTL -s $dir/sock ckpt status $id | grep -q 'failed.*lost.*Input/output'"
+stop
 
 # ---- one destination, two checkpoints: never older bytes over newer ----
 # The older checkpoint's drain fails (EIO on its own temporary only), the

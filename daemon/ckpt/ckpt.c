@@ -57,6 +57,9 @@
 #define CKPT_KEEP       256             /* published entries remembered */
 #define CKPT_BACKOFF_MIN 1.0            /* seconds before the first retry */
 #define CKPT_BACKOFF_MAX 30.0
+/* The error of an early checkpoint whose copy failed after the ack (the
+ * journal's and the list's alike): then the reason. */
+#define CKPT_LOST_EARLY "lost before it was on the node's NVMe: "
 
 typedef struct ck {
     uint64_t id;
@@ -371,7 +374,9 @@ fail:
         /* Acknowledged: it stays in the journal, failed, with the reason
          * (if even that cannot be written, "staged" with "ack staged" is
          * read as lost at the next start). */
-        journal_write(k, c, CKPT_FAILED, p->err);
+        char why[256];
+        snprintf(why, sizeof(why), CKPT_LOST_EARLY "%.200s", p->err);
+        journal_write(k, c, CKPT_FAILED, why);
     } else if (journalled) {
         snprintf(name, sizeof(name), "%" PRIu64 ".ckpt", c->id);
         unlinkat(k->dir_fd, name, 0);
@@ -541,7 +546,7 @@ static void put_done(wq_job *j)
         log_error("checkpoint %" PRIu64 " for %s, acknowledged while staged, is lost: %s", c->id,
                   c->dest, p->err);
         c->state = CKPT_FAILED;
-        snprintf(c->error, sizeof(c->error), "lost before it was on the node's NVMe: %.200s", p->err);
+        snprintf(c->error, sizeof(c->error), CKPT_LOST_EARLY "%.200s", p->err);
         k->reserved -= c->size;
         k->ndone++;
         if (p->cb)
