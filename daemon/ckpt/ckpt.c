@@ -306,8 +306,8 @@ static void put_run(wq_job *j)
     }
     /* The staged copy (a set's by member), its space reserved before a
      * byte is copied: a full disk says so now. */
-    rc = stage_create_named(k->dir_fd, c->id, c->set, c->size, buf, hn, &out, &p->names,
-                            &p->nnames, p->err, sizeof(p->err));
+    rc = stage_create(k->dir_fd, c->id, c->set, c->size, buf, hn, &out, &p->names, &p->nnames,
+                      p->err, sizeof(p->err));
     if (rc < 0) {
         if (rc != -EINVAL)          /* a set's malformed header says so as it is */
             snprintf(p->err, sizeof(p->err), "staging %" PRIu64 " bytes in %s: %s", c->size,

@@ -211,14 +211,8 @@ void stage_remove(int dir_fd, uint64_t id)
 static int names_of(const proto_set_file *files, uint32_t n, char ***names);
 
 int stage_create(int dir_fd, uint64_t id, int set, uint64_t total, const uint8_t *hdr,
-                 size_t hdr_len, stage **out, char *err, size_t errlen)
-{
-    return stage_create_named(dir_fd, id, set, total, hdr, hdr_len, out, NULL, NULL, err, errlen);
-}
-
-int stage_create_named(int dir_fd, uint64_t id, int set, uint64_t total, const uint8_t *hdr,
-                       size_t hdr_len, stage **out, char ***names, uint32_t *nnames, char *err,
-                       size_t errlen)
+                 size_t hdr_len, stage **out, char ***names, uint32_t *nnames, char *err,
+                 size_t errlen)
 {
     proto_set_file *files = NULL;
     char name[64];
@@ -369,11 +363,6 @@ int stage_open(int dir_fd, uint64_t id, uint64_t total, stage **out)
 fail:
     stage_close(&s);
     return rc;
-}
-
-uint64_t stage_size(const stage *s)
-{
-    return s->total;
 }
 
 int stage_pread(stage *s, uint8_t *p, size_t n, uint64_t off)

@@ -31,17 +31,15 @@ typedef struct stage stage;
  * total bytes, every part fallocated, open for writing.  set 0: N.data
  * (hdr ignored).  set 1: hdr holds at least the container's whole header
  * (hdr_len bytes of it read; proto_set_dec_hdr must accept it), and N.set/
- * is made with its parts.  An existing copy of id is replaced.  0 and *out
- * (stage_close it), or -errno with a reason in err and nothing left behind.
+ * is made with its parts; with names not NULL, *names and *nnames get the
+ * members' names as stage_names gives them (NULL and 0 for a single
+ * file).  An existing copy of id is replaced.  0 and *out (stage_close
+ * it), or -errno with a reason in err (-EINVAL: a malformed header) and
+ * nothing left behind.
  */
 int stage_create(int dir_fd, uint64_t id, int set, uint64_t total, const uint8_t *hdr,
-                 size_t hdr_len, stage **out, char *err, size_t errlen);
-
-/* The same, with (a set, names not NULL) its member names as stage_names
- * gives them (*names NULL for a single file). */
-int stage_create_named(int dir_fd, uint64_t id, int set, uint64_t total, const uint8_t *hdr,
-                       size_t hdr_len, stage **out, char ***names, uint32_t *nnames, char *err,
-                       size_t errlen);
+                 size_t hdr_len, stage **out, char ***names, uint32_t *nnames, char *err,
+                 size_t errlen);
 
 /*
  * Open checkpoint id's staged copy of total bytes for reading: N.set/ if
@@ -51,9 +49,6 @@ int stage_create_named(int dir_fd, uint64_t id, int set, uint64_t total, const u
  * -ENOENT and -EBADMSG mean the copy is lost, anything else may pass).
  */
 int stage_open(int dir_fd, uint64_t id, uint64_t total, stage **out);
-
-/* The copy's bytes: all of the container, in order. */
-uint64_t stage_size(const stage *s);
 
 /* Exactly n bytes at container offset off (EINTR retried; a short file
  * is -EIO, a set's part of the wrong size -EBADMSG).  0 or -errno. */
