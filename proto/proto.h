@@ -151,6 +151,9 @@ typedef struct proto_hello {
                            * ignored); reply: those the daemon will use */
 } proto_hello;
 #define PROTO_FEAT_NOKEEP 0x1u  /* extents may carry PROTO_EXTENT_NOKEEP */
+#define PROTO_FEAT_GENS 0x2u    /* segments carry a generation table after their blocks
+                                 * (PROTOCOL.md, "Kept leases"): a client may keep
+                                 * serving reads of a released lease while it holds */
 #define PROTO_HELLO_LEN 32
 
 typedef struct proto_read {

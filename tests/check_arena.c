@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -437,9 +438,10 @@ START_TEST(test_sealing)
     ck_assert_int_eq(errno, EPERM);
     ck_assert_int_eq(ftruncate(fd, 0), -1);
     errno = 0;
-    ck_assert_int_eq(fallocate(fd, 0, (off_t)seg, 4096), -1);
+    ck_assert_int_eq(fallocate(fd, 0, (off_t)arena_segment_map_size(a), 4096), -1);
     ck_assert_int_eq(errno, EPERM);
-    ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)seg, 4096), -1);
+    ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)arena_segment_map_size(a), 4096),
+                     -1);
     errno = 0;
     ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b.off, 8192), -1);
     ck_assert_int_eq(errno, EPERM);
@@ -492,7 +494,7 @@ START_TEST(test_sealing)
     ck_assert_uint_eq(ro[b.off + 8191], 0xA5);
 
     /* none of the above changed the segment's size or the daemon's view */
-    ck_assert_int_eq(lseek(fd, 0, SEEK_END), (off_t)seg);
+    ck_assert_int_eq(lseek(fd, 0, SEEK_END), (off_t)arena_segment_map_size(a));
     ck_assert_uint_eq(b.ptr[100], 0x5A);
     ck_assert_uint_eq(b.ptr[101], 0xA5);
     b.ptr[8191] = 1;                    /* the daemon's mapping still writes */
@@ -578,6 +580,90 @@ START_TEST(test_owner_change_renews)
     ck_assert_int_eq(arena_alloc_for(a, 2 * MiB / 2, ARENA_QUARANTINE, &b), 0);
     ck_assert_int_eq(arena_segment_owner(a, b.seg), ARENA_QUARANTINE);
     arena_release(a, &b);
+    arena_free(&a);
+}
+END_TEST
+
+/* What a client sees of a segment: the memfd mapped read-only, the data
+ * size the largest power of two below its size, the generation table
+ * after it (PROTOCOL.md, "Kept leases"). */
+static const uint32_t *client_table(int fd, uint64_t *data, uint64_t *len)
+{
+    struct stat st;
+    uint64_t s = 1;
+    void *p;
+
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    while (s * 2 < (uint64_t)st.st_size)
+        s *= 2;
+    ck_assert_uint_ge((uint64_t)st.st_size - s, s / 1024);
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert(p != MAP_FAILED);
+    *data = s;
+    *len = (uint64_t)st.st_size;
+    return (const uint32_t *)((const uint8_t *)p + s);
+}
+
+START_TEST(test_generations)
+{
+    arena *a = mk(2 * MiB, MiB);
+    arena_block b, c, d;
+    uint64_t data, len, data2, len2;
+    const uint32_t *t, *t2;
+    uint32_t g;
+    int fd, fd2;
+
+    ck_assert_uint_eq(arena_segment_map_size(a), MiB + 4096);
+    ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1001, &b), 0);
+    fd = pass_fd(arena_segment_fd(a, b.seg));
+    t = client_table(fd, &data, &len);
+    ck_assert_uint_eq(data, MiB);
+    g = t[b.off / 4096];
+    ck_assert_uint_eq(g, arena_block_gen(a, b.seg, b.off));
+    /* Allocating changes nothing, releasing bumps every page of the block
+     * (an extent may start inside it) before anyone can have it again,
+     * and no page outside it. */
+    ck_assert_int_eq(arena_alloc_for(a, 4096, 1001, &c), 0);
+    ck_assert_uint_eq(t[b.off / 4096], g);
+    arena_release(a, &b);
+    for (uint64_t pg = b.off / 4096; pg < (b.off + b.size) / 4096; pg++)
+        ck_assert_uint_eq(t[pg], g + 1);
+    ck_assert_uint_eq(t[c.off / 4096], 0);
+    ck_assert_uint_eq(arena_block_gen(a, b.seg, b.off + 32 * 1024), g + 1);
+    /* Reused by a block that starts elsewhere and covers it: the pages of
+     * the old block go up again when the new one goes. */
+    arena_release(a, &c);
+    ck_assert_int_eq(arena_alloc_for(a, 512 * 1024, 1001, &d), 0);
+    ck_assert_uint_le(d.off, b.off);
+    ck_assert_uint_gt(d.off + d.size, b.off);
+    ck_assert_uint_eq(t[b.off / 4096], g + 1);
+    arena_release(a, &d);
+    ck_assert_uint_eq(t[b.off / 4096], g + 2);
+    ck_assert_uint_eq(t[(b.off + b.size) / 4096 - 1], g + 2);
+    /* The table is sealed with the data: no writable mapping of it. */
+    errno = 0;
+    ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)MiB) ==
+              MAP_FAILED);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_int_eq(mprotect((void *)((uintptr_t)t & ~(uintptr_t)4095), 4096,
+                              PROT_READ | PROT_WRITE), -1);
+    /* A change of owner renews the memfd: the new table starts at zero,
+     * the old one keeps the bumps its clients compare with. */
+    g = t[0];
+    ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1002, &b), 0);
+    ck_assert_uint_eq(b.seg, 0);
+    fd2 = pass_fd(arena_segment_fd(a, 0));
+    t2 = client_table(fd2, &data2, &len2);
+    ck_assert_uint_eq(t2[0], 0);
+    ck_assert_uint_eq(t[0], g);
+    ck_assert_uint_ne(g, 0);
+    arena_release(a, &b);
+    ck_assert_uint_eq(t2[0], 1);
+    ck_assert_uint_eq(t[0], g);
+    munmap((void *)((const uint8_t *)t - data), len);
+    munmap((void *)((const uint8_t *)t2 - data2), len2);
+    close(fd);
+    close(fd2);
     arena_free(&a);
 }
 END_TEST
@@ -698,11 +784,12 @@ START_TEST(test_hugetlb_segments)
         fprintf(stderr, "SKIP test_hugetlb_segments: needs root and %s\n", nr);
         return;
     }
-    /* Exactly 10 free pages: 8 segments of 2 MiB, and 2 for a renewal. */
+    /* Exactly 20 free pages: 8 segments of 2 MiB, each with a page of
+     * generation table after it, and 4 for a renewal. */
     saved_nr = before;
     used_now = before - meminfo_hp("HugePages_Free");
-    snprintf(v, sizeof(v), "%ld", used_now + 10);
-    if (write_str(nr, v) < 0 || meminfo_hp("HugePages_Free") != 10) {
+    snprintf(v, sizeof(v), "%ld", used_now + 20);
+    if (write_str(nr, v) < 0 || meminfo_hp("HugePages_Free") != 20) {
         fprintf(stderr, "SKIP test_hugetlb_segments: the kernel gave no hugetlb pages\n");
         return;
     }
@@ -806,6 +893,7 @@ static Suite *arena_suite(void)
     tcase_add_test(tc, test_sealing);
     tcase_add_test(tc, test_bad_release);
     tcase_add_test(tc, test_owner_change_renews);
+    tcase_add_test(tc, test_generations);
     tcase_add_test(tc, test_free_null);
     suite_add_tcase(s, tc);
     tc = tcase_create("huge pages");

@@ -134,7 +134,9 @@
     X(counter, lease_cache_hits,     "reads clients served wholly from leases they kept, with no message (reported)") \
     X(counter, lease_cache_hit_bytes, "bytes clients served from leases they kept (reported)") \
     X(counter, lease_cache_kept,     "leases clients kept after a read to serve later reads (reported)") \
-    X(counter, lease_cache_expired,  "kept leases clients gave back at client_lease_ttl (reported)")
+    X(counter, lease_cache_expired,  "kept leases clients gave back at client_lease_ttl (reported)") \
+    X(counter, lease_cache_unpinned_hits, "of the hits, reads served from released leases whose block generation had not changed (reported)") \
+    X(counter, lease_cache_stale,    "released leases clients found reused (generation changed) and dropped (reported)")
 
 /*
  * Request latency histograms, one per class of request: the time from

@@ -51,7 +51,7 @@ void op_hello(conn *c, const proto_msg *m, int *fds, int nfds)
         return;
     }
     /* What it understands and we do: the rest is ignored. */
-    c->features = m->u.hello.features & PROTO_FEAT_NOKEEP;
+    c->features = m->u.hello.features & (PROTO_FEAT_NOKEEP | PROTO_FEAT_GENS);
     h.features = c->features;
     proto_enc_hello(o->buf, o->len, PROTO_F_REPLY, m->h.req_id, &h);
     conn_send(c, o);

@@ -71,6 +71,7 @@ typedef struct arena_seg {
 
 struct arena {
     uint64_t seg_size;          /* bytes per segment, a power of two */
+    uint64_t map_size;          /* seg_size and the generation table after it */
     uint32_t nsegs;
     uint32_t max_order;         /* log2(seg_size / ARENA_MIN_BLOCK) */
     uint32_t words;             /* uint64_t words in one avail bitmap */
@@ -197,6 +198,21 @@ int arena_sane(const arena *a)
 
 #define HUGE_2M (2u << 20)
 
+/* The generation table's bytes after a segment of seg_size (arena.h): one
+ * uint32_t per 4 KiB page, in whole pages of any kind the arena may back
+ * a segment with (2 MiB where hugetlb segments are possible: a renewal may
+ * change a segment's kind, and the daemon's mapping keeps its size).  At
+ * most seg_size, so a client finds the data size as the largest power of
+ * two below the memfd's size. */
+static uint64_t gen_table_size(uint64_t seg_size, int pages)
+{
+    uint64_t t = seg_size / ARENA_MIN_BLOCK * sizeof(uint32_t), unit = ARENA_MIN_BLOCK;
+
+    if ((pages == ARENA_PAGES_AUTO || pages == ARENA_PAGES_HUGETLB) && seg_size % HUGE_2M == 0)
+        unit = HUGE_2M;
+    return (t + unit - 1) / unit * unit;
+}
+
 /* An unsealed memfd of seg_size bytes mapped read-write at *base (anywhere,
  * 2 MiB aligned, when *base is NULL; else replacing the mapping there):
  * backed by hugetlb pages (flag MFD_HUGETLB) or by shmem.  The fd, or
@@ -211,9 +227,9 @@ static int seg_map(const arena *a, unsigned flags, uint8_t **base, char *err, si
         err_set(err, errlen, "memfd_create: %s", strerror(errno));
         return rc;
     }
-    if (ftruncate(fd, (off_t)a->seg_size) < 0) {
+    if (ftruncate(fd, (off_t)a->map_size) < 0) {
         rc = -errno;
-        err_set(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->seg_size,
+        err_set(err, errlen, "ftruncate memfd to %" PRIu64 " bytes: %s", a->map_size,
                strerror(errno));
         close(fd);
         return rc;
@@ -221,20 +237,20 @@ static int seg_map(const arena *a, unsigned flags, uint8_t **base, char *err, si
     /* Mapped away from *base first: a hugetlb mapping reserves its pages
      * here, and one that cannot must not have unmapped the old segment.
      * Then moved into place in one step (mremap replaces what is there). */
-    p = mmap(NULL, a->seg_size + (*base || (flags & MFD_HUGETLB) ? 0 : HUGE_2M),
+    p = mmap(NULL, a->map_size + (*base || (flags & MFD_HUGETLB) ? 0 : HUGE_2M),
              PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
-        err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
+        err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->map_size, strerror(errno));
         close(fd);
         return rc;
     }
     if (*base) {
-        void *q = mremap(p, a->seg_size, a->seg_size, MREMAP_MAYMOVE | MREMAP_FIXED, *base);
+        void *q = mremap(p, a->map_size, a->map_size, MREMAP_MAYMOVE | MREMAP_FIXED, *base);
         if (q == MAP_FAILED) {
             rc = -errno;
             err_set(err, errlen, "mremap a new segment into place: %s", strerror(errno));
-            munmap(p, a->seg_size);
+            munmap(p, a->map_size);
             close(fd);
             return rc;
         }
@@ -243,20 +259,20 @@ static int seg_map(const arena *a, unsigned flags, uint8_t **base, char *err, si
          * a hugetlb memfd at a renewal): map again at the aligned address
          * inside the first mapping, and drop the first. */
         uintptr_t al = ((uintptr_t)p + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1);
-        void *q = mmap((void *)al, a->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+        void *q = mmap((void *)al, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                        fd, 0);
         if (q == MAP_FAILED) {
             rc = -errno;
-            err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->seg_size, strerror(errno));
-            munmap(p, a->seg_size + HUGE_2M);
+            err_set(err, errlen, "mmap %" PRIu64 " bytes: %s", a->map_size, strerror(errno));
+            munmap(p, a->map_size + HUGE_2M);
             close(fd);
             return rc;
         }
         if (al > (uintptr_t)p)
             munmap(p, al - (uintptr_t)p);
-        if ((uintptr_t)p + a->seg_size + HUGE_2M > al + a->seg_size)
-            munmap((void *)(al + a->seg_size),
-                   (uintptr_t)p + a->seg_size + HUGE_2M - (al + a->seg_size));
+        if ((uintptr_t)p + a->map_size + HUGE_2M > al + a->map_size)
+            munmap((void *)(al + a->map_size),
+                   (uintptr_t)p + a->map_size + HUGE_2M - (al + a->map_size));
         p = q;
     }
     /* (A hugetlb mapping is aligned to its pages already.) */
@@ -381,6 +397,7 @@ int arena_new_pages(uint64_t capacity, uint64_t segment_size, int pages, arena *
         return -ENOMEM;
     }
     a->seg_size = segment_size;
+    a->map_size = segment_size + gen_table_size(segment_size, pages);
     a->pages = pages;
     a->thp_ok = pages != ARENA_PAGES_SMALL && shmem_thp_enabled();
     a->nsegs = (uint32_t)nsegs;
@@ -417,7 +434,7 @@ void arena_free(arena **ap)
     for (uint32_t si = 0; a->segs && si < a->nsegs; si++) {
         arena_seg *s = &a->segs[si];
 
-        if (s->base && munmap(s->base, a->seg_size) < 0)
+        if (s->base && munmap(s->base, a->map_size) < 0)
             log_warn("arena: munmap segment %" PRIu32 ": %s", si, strerror(errno));
         if (s->fd >= 0)
             close(s->fd);
@@ -453,7 +470,7 @@ int arena_alloc(arena *a, uint64_t size, arena_block *out)
 
 void arena_release(arena *a, const arena_block *b)
 {
-    uint32_t si = b->seg, k;
+    uint32_t si = b->seg, k, *gens;
     arena_seg *s;
     int32_t p;
 
@@ -475,6 +492,16 @@ void arena_release(arena *a, const arena_block *b)
     }
     s->state[p] = 0;
     a->used_bytes -= b->size;
+    /* A client that kept a mapping of the block without a lease sees the
+     * change before any of its bytes can change: every page's entry goes
+     * up (an extent may start inside the block), the block is written
+     * again only after this returns (and, from an I/O thread, after the
+     * hand-off's own barrier), and the fence orders it on weaker
+     * machines. */
+    gens = (uint32_t *)(s->base + a->seg_size) + p;
+    for (uint64_t i = 0; i < b->size >> ARENA_PAGE_SHIFT; i++)
+        __atomic_store_n(&gens[i], gens[i] + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (; k < a->max_order; k++) {
         int32_t buddy = p ^ (int32_t)(1u << k);
 
@@ -571,6 +598,19 @@ int arena_alloc_for(arena *a, uint64_t size, int64_t owner, arena_block *out)
 int64_t arena_segment_owner(const arena *a, uint32_t seg)
 {
     return seg < a->nsegs ? a->segs[seg].owner : ARENA_NO_OWNER;
+}
+
+uint32_t arena_block_gen(const arena *a, uint32_t seg, uint64_t off)
+{
+    if (seg >= a->nsegs || off >= a->seg_size)
+        return 0;
+    return __atomic_load_n((const uint32_t *)(a->segs[seg].base + a->seg_size) +
+                           (off >> ARENA_PAGE_SHIFT), __ATOMIC_RELAXED);
+}
+
+uint64_t arena_segment_map_size(const arena *a)
+{
+    return a->map_size;
 }
 
 uint32_t arena_segment_gen(const arena *a, uint32_t seg)

@@ -16,6 +16,19 @@
  * hole-punched), so the arena's resident size only grows, up to capacity:
  * that is the DRAM tier's hard limit.  Metadata costs 9 bytes per 4 KiB.
  *
+ * Generations: after its segment_size bytes of blocks each memfd holds a
+ * table of one uint32_t per 4 KiB page (4 bytes per 4 KiB, in whole pages:
+ * 2 MiB where hugetlb segments are possible, committed only as entries
+ * change).  arena_release adds one to the entry of every page of the block
+ * before the block can be handed out again, so a client that keeps a
+ * mapping of a block it no longer holds a lease on can tell whether the
+ * bytes it sees are still those it was leased: it reads the entry before
+ * and after copying and compares both with the value it read while it
+ * held the lease (PROTOCOL.md, "Kept leases").  The table is sealed with
+ * the rest: only the daemon writes it.  A renewed segment's table starts
+ * at zero in the new memfd, while the old one's stays as it was, every
+ * block of it released (and bumped) before the renewal.
+ *
  * Tenancy: on a node shared by several users, a client must never map bytes
  * of a file it may not read, so segments have owners (uids, or
  * ARENA_QUARANTINE).  arena_alloc_for takes blocks only from the owner's
@@ -107,7 +120,15 @@ int64_t arena_segment_owner(const arena *a, uint32_t seg);
 /* Segment seg's generation: 1 at creation, +1 per renewal. */
 uint32_t arena_segment_gen(const arena *a, uint32_t seg);
 
-/* Return a block from arena_alloc.  Buddies merge. */
+/* The generation of the page at off in segment seg (its table entry), 0
+ * for a bad seg or off. */
+uint32_t arena_block_gen(const arena *a, uint32_t seg, uint64_t off);
+
+/* Bytes of a segment's memfd: segment_size and its generation table. */
+uint64_t arena_segment_map_size(const arena *a);
+
+/* Return a block from arena_alloc.  Buddies merge; the generation of each
+ * of the block's pages goes up by one. */
 void arena_release(arena *a, const arena_block *b);
 
 /* The fd of segment seg (owned by the arena: dup it to keep it), or -1. */
