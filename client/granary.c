@@ -65,10 +65,14 @@ _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PRO
 #define GR_RECONNECT_DEFAULT_MS 30000   /* $GRANARY_RECONNECT_MS unset */
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
 #define GR_REPORT_MS 1000               /* lease-cache counters go to the daemon this often */
+#define GR_LC_COUNTERS 6                /* of them */
+#define GR_GEN_PAGE 4096u               /* bytes per generation-table entry (PROTOCOL.md) */
 
 typedef struct gr_seg {
     const uint8_t *p;                   /* read-only mapping, NULL until received */
-    size_t len;
+    size_t len;                         /* of the mapping */
+    size_t dlen;                        /* of its blocks (len less the table) */
+    const uint32_t *gens;               /* its generation table (PROTO_FEAT_GENS), or NULL */
 } gr_seg;
 
 /* A segment mapping replaced by a renewed segment's (the daemon gave the
@@ -102,6 +106,7 @@ struct gr_client {
     int staged_fd;                      /* the fd of the last STAGED reply, until taken, or -1 */
     uint32_t next_id;
     uint32_t max_data;                  /* from HELLO */
+    uint32_t features;                  /* PROTO_FEAT_*, from HELLO */
     gr_seg *segs;                       /* arena segments by index */
     uint32_t nsegs;
     uint32_t rel[PROTO_MAX_RELEASE];    /* leases to give back */
@@ -112,7 +117,7 @@ struct gr_client {
     uint32_t chunk_size;                /* the daemon's default, from HELLO */
     gr__lcache lc;                      /* leases kept to serve later reads (lcache.h) */
     uint64_t lc_env_max;                /* $GRANARY_LEASE_CACHE, UINT64_MAX unset */
-    uint64_t lc_reported[4];            /* lease-cache counters as last reported */
+    uint64_t lc_reported[GR_LC_COUNTERS]; /* lease-cache counters as last reported */
     uint64_t report_ms;                 /* gr__now_ms() of the last report */
     gr__meta *meta;                     /* attributes from the daemon's manifests (meta.c) */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
@@ -226,12 +231,14 @@ static void lc_release(void *arg, const gr__lent *e)
  * disconnect (force).  Lock held. */
 static void report_lc(gr_client *c, int force)
 {
-    static const char *const names[4] = {
-        "lease_cache_hits", "lease_cache_hit_bytes", "lease_cache_kept", "lease_cache_expired",
+    static const char *const names[GR_LC_COUNTERS] = {
+        "lease_cache_hits",    "lease_cache_hit_bytes",     "lease_cache_kept",
+        "lease_cache_expired", "lease_cache_unpinned_hits", "lease_cache_stale",
     };
-    uint64_t now = gr__now_ms(), cur[4] = { c->lc.hits, c->lc.hit_bytes, c->lc.kept,
-                                            c->lc.expired };
-    uint8_t req[PROTO_HDR_LEN + 4 * (2 + 32 + 8)];
+    uint64_t now = gr__now_ms();
+    uint64_t cur[GR_LC_COUNTERS] = { c->lc.hits,    c->lc.hit_bytes,     c->lc.kept,
+                                     c->lc.expired, c->lc.unpinned_hits, c->lc.stale };
+    uint8_t req[PROTO_HDR_LEN + GR_LC_COUNTERS * (2 + 32 + 8)];
     size_t off = 0;
     ssize_t n;
     uint32_t id;
@@ -240,7 +247,7 @@ static void report_lc(gr_client *c, int force)
     if (c->fd < 0 || (!force && now - c->report_ms < GR_REPORT_MS))
         return;
     c->report_ms = now;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < GR_LC_COUNTERS; i++) {
         if (cur[i] == c->lc_reported[i])
             continue;
         if (proto_rec_u64(req + PROTO_HDR_LEN, sizeof(req) - PROTO_HDR_LEN, &off, names[i],
@@ -272,6 +279,32 @@ static void drop_readx(gr_client *c, const proto_msg *m)
         proto_extent_at(m, i, &e);
         queue_release(c, e.lease);
     }
+}
+
+/* Segment mapping p of len bytes: with PROTO_FEAT_GENS its blocks are the
+ * largest power of two below len and the generation table follows them
+ * (PROTOCOL.md, "Kept leases"); a table too small for them is not used. */
+static void seg_layout(const gr_client *c, gr_seg *s, const uint8_t *p, size_t len)
+{
+    size_t d = 1;
+
+    s->p = p;
+    s->len = s->dlen = len;
+    s->gens = NULL;
+    if (!(c->features & PROTO_FEAT_GENS) || len < 2)
+        return;
+    while (d < len / 2 + len % 2)
+        d <<= 1;                        /* d: the least power of two >= len/2 */
+    if (d >= len || (len - d) / sizeof(uint32_t) < d / GR_GEN_PAGE)
+        return;
+    s->dlen = d;
+    s->gens = (const uint32_t *)(p + d);
+}
+
+/* The generation-table entry of the block at off in segment seg, or NULL. */
+static const uint32_t *gen_of(const gr_client *c, uint32_t seg, uint64_t off)
+{
+    return c->segs[seg].gens ? c->segs[seg].gens + off / GR_GEN_PAGE : NULL;
 }
 
 /* Map the segments a READX reply names for the first time, from the fds
@@ -316,7 +349,6 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
              * mapped with 2 MiB entries here too only if this mapping asks
              * (shmem_enabled = advise); hugetlb segments are huge anyway,
              * and a plain one ignores it. */
-            madvise(p, (size_t)st.st_size, MADV_HUGEPAGE);
             if (c->segs[e.seg].p) {     /* a renewed segment: keep the old mapping */
                 gr_stale *o = malloc(sizeof(*o));
                 if (!o) {
@@ -328,14 +360,14 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
                 o->next = c->stale;
                 c->stale = o;
             }
-            c->segs[e.seg].p = p;
-            c->segs[e.seg].len = (size_t)st.st_size;
+            seg_layout(c, &c->segs[e.seg], p, (size_t)st.st_size);
+            madvise(p, c->segs[e.seg].dlen, MADV_HUGEPAGE);
             close(fds[next++]);         /* the mapping holds the memfd */
         } else if (!c->segs[e.seg].p) {
             rc = -EPROTO;               /* a segment we were never given */
             break;
         }
-        if (e.off > c->segs[e.seg].len || e.len > c->segs[e.seg].len - e.off)
+        if (e.off > c->segs[e.seg].dlen || e.len > c->segs[e.seg].dlen - e.off)
             rc = -EPROTO;
     }
     for (int i = next; i < nfds; i++)
@@ -495,7 +527,7 @@ static int dial(gr_client *c)
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     uint8_t req[PROTO_HDR_LEN + PROTO_HELLO_LEN];
     proto_hello hello = { .version = PROTO_VERSION, .max_msg = PROTO_MAX_MSG,
-                          .features = PROTO_FEAT_NOKEEP };
+                          .features = PROTO_FEAT_NOKEEP | PROTO_FEAT_GENS };
     proto_msg m;
     uint32_t id;
     int rc;
@@ -525,6 +557,7 @@ static int dial(gr_client *c)
     if (c->max_data == 0)
         goto fail;
     c->chunk_size = m.u.hello.chunk_size;
+    c->features = m.u.hello.features;
     gr__lc_configure(&c->lc,
                      m.u.hello.lease_cache < c->lc_env_max ? m.u.hello.lease_cache : c->lc_env_max,
                      m.u.hello.lease_ttl_ms);
@@ -837,7 +870,9 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
 
     for (i = 0; i < rx->nextents; i++) {
         uint64_t want, from, to;
+        const uint32_t *genp;
         const uint8_t *p;
+        gr__lent *ent;
         gr__ckey k;
         proto_extent_at(m, i, &e);
         want = pos < size ? (size - pos < cs ? size - pos : cs) : 0;
@@ -851,9 +886,12 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         k = chunk_of(f, pos / cs);
         /* NOKEEP: the daemon's tier holds the chunk outside its policy;
          * at most one such lease is kept (lcache.h). */
-        if (!((e.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient :
-              gr__lc_insert)(&c->lc, &k, c->gen, e.lease, p, e.len, now))
+        ent = ((e.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient :
+               gr__lc_insert)(&c->lc, &k, c->gen, e.lease, p, e.len, now);
+        if (!ent)
             queue_release(c, e.lease);
+        else if ((genp = gen_of(c, e.seg, e.off)))
+            gr__lc_set_gen(ent, genp);
         pos += e.len;
     }
     if (i < rx->nextents) {
@@ -1186,6 +1224,7 @@ typedef struct piece {
 static uint64_t serve_local(gr_client *c, gr_file *f, uint8_t *buf, uint64_t off, uint64_t end)
 {
     uint64_t pos = off, cs = f->a.chunk_size, now = 0, from_lc = 0;
+    int soft = 0;
 
     while (pos < end) {
         uint64_t cstart, n;
@@ -1203,17 +1242,24 @@ static uint64_t serve_local(gr_client *c, gr_file *f, uint8_t *buf, uint64_t off
             now = gr__now_ms();
         k = chunk_of(f, pos / cs);
         e = gr__lc_find(&c->lc, &k, now);
-        if (!e)
+        if (!e || !gr__lc_check_begin(&c->lc, e))
             break;
         cstart = pos / cs * cs;
         n = (end < cstart + e->len ? end : cstart + e->len) - pos;
+        soft |= e->soft;
         copy_out(buf + (pos - off), e->p + (pos - cstart), n);
+        /* A soft entry whose block changed under the copy: the bytes are
+         * asked for again (and overwritten) from pos. */
+        if (!gr__lc_check_end(&c->lc, e))
+            break;
         pos += n;
         from_lc += n;
     }
     c->lc.hit_bytes += from_lc;
-    if (pos == end && from_lc)
+    if (pos == end && from_lc) {
         c->lc.hits++;
+        c->lc.unpinned_hits += (uint64_t)soft;
+    }
     return pos;
 }
 
@@ -1370,7 +1416,10 @@ ssize_t gr_read_ref(gr_file *f, off_t off, size_t len, const void **data, gr_ref
 retry:
     rc = file_ready(f, &deadline);
     k = chunk_of(f, (uint64_t)off / cs);
-    if (rc == 0 && f->a.chunk_size && (e = gr__lc_find(&c->lc, &k, gr__now_ms()))) {
+    /* (A soft entry serves copies only: this asks for a lease, and the
+     * entry gives way to the one that comes.) */
+    if (rc == 0 && f->a.chunk_size && (e = gr__lc_find(&c->lc, &k, gr__now_ms())) &&
+        !e->soft) {
         len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
         c->lc.hits++;
         c->lc.hit_bytes += len;
@@ -1418,6 +1467,8 @@ retry:
         p = c->segs[e1.seg].p + e1.off;
         e = ((e1.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient : gr__lc_insert)(
             &c->lc, &k, c->gen, e1.lease, p, e1.len, gr__now_ms());
+        if (e && gen_of(c, e1.seg, e1.off))
+            gr__lc_set_gen(e, gen_of(c, e1.seg, e1.off));
         if (e) {
             len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
         } else {

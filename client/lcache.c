@@ -41,19 +41,26 @@ static int ent_eq(const gr__hnode *n, const void *key)
 
 int gr__lc_init(gr__lcache *lc, gr__lc_release release, void *arg)
 {
-    *lc = (gr__lcache){ .release = release, .arg = arg };
+    *lc = (gr__lcache){ .release = release, .arg = arg, .soft_max = GR_LC_SOFT_MAX };
     gr__list_init(&lc->lru);
+    gr__list_init(&lc->soft_lru);
     return gr__htab_init(&lc->table, 64);
 }
 
-/* Take e out of the cache; free it (lease released) unless a user holds it. */
+/* Take e out of the cache; free it (a hard one's lease released) unless a
+ * user holds it. */
 static void drop(gr__lcache *lc, gr__lent *e)
 {
-    if (lc->transient == e)
-        lc->transient = NULL;
     gr__htab_remove(&lc->table, &e->hn);
     gr__list_remove(&e->lru);
     e->cached = 0;
+    if (e->soft) {
+        lc->soft_count--;
+        free(e);                /* no users: a gr_ref never reads a soft entry */
+        return;
+    }
+    if (lc->transient == e)
+        lc->transient = NULL;
     lc->bytes -= e->len;
     lc->count--;
     if (e->users == 0) {
@@ -62,10 +69,43 @@ static void drop(gr__lcache *lc, gr__lent *e)
     }
 }
 
+static void trim_soft(gr__lcache *lc)
+{
+    while (lc->soft_count > lc->soft_max)
+        drop(lc, gr__list_entry(gr__list_first(&lc->soft_lru), gr__lent, lru));
+}
+
+/* Hard entry e goes over the bytes or the time: its lease goes back, and
+ * it stays as a soft entry where its generation is known and nobody reads
+ * it through a gr_ref; else it goes. */
+static int softens(const gr__lcache *lc, const gr__lent *e)
+{
+    return e->genp && e->users == 0 && lc->soft_max > 0;
+}
+
+static void retire(gr__lcache *lc, gr__lent *e)
+{
+    if (!softens(lc, e)) {
+        drop(lc, e);
+        return;
+    }
+    if (lc->transient == e)
+        lc->transient = NULL;
+    gr__list_remove(&e->lru);
+    lc->bytes -= e->len;
+    lc->count--;
+    lc->release(lc->arg, e);
+    e->soft = 1;
+    e->transient = 0;
+    gr__list_push_back(&lc->soft_lru, &e->lru);
+    lc->soft_count++;
+    trim_soft(lc);
+}
+
 static void trim(gr__lcache *lc, uint64_t room)
 {
     while (lc->bytes + room > lc->max && !gr__list_empty(&lc->lru))
-        drop(lc, gr__list_entry(gr__list_first(&lc->lru), gr__lent, lru));
+        retire(lc, gr__list_entry(gr__list_first(&lc->lru), gr__lent, lru));
 }
 
 void gr__lc_configure(gr__lcache *lc, uint64_t max, uint32_t ttl_ms)
@@ -80,31 +120,71 @@ gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms)
     gr__hnode *n;
     gr__lent *e;
 
-    if (lc->count == 0)
+    if (lc->count == 0 && lc->soft_count == 0)
         return NULL;
     n = gr__htab_find(&lc->table, gr__ckey_hash(k), ent_eq, k);
     if (!n)
         return NULL;
     e = gr__container_of(n, gr__lent, hn);
-    if (now_ms >= e->expires_ms) {
+    if (!e->soft && now_ms >= e->expires_ms) {
         lc->expired++;
-        drop(lc, e);
-        return NULL;
+        if (!softens(lc, e)) {
+            drop(lc, e);
+            return NULL;
+        }
+        retire(lc, e);
     }
     gr__list_remove(&e->lru);
-    gr__list_push_back(&lc->lru, &e->lru);
+    gr__list_push_back(e->soft ? &lc->soft_lru : &lc->lru, &e->lru);
     return e;
+}
+
+int gr__lc_check_begin(gr__lcache *lc, gr__lent *e)
+{
+    if (!e->soft)
+        return 1;
+    if (__atomic_load_n(e->genp, __ATOMIC_ACQUIRE) == e->bgen)
+        return 1;
+    lc->stale++;
+    drop(lc, e);
+    return 0;
+}
+
+int gr__lc_check_end(gr__lcache *lc, gr__lent *e)
+{
+    if (!e->soft)
+        return 1;
+    /* The copy's loads come before the second look (a seqlock's read
+     * side): a block handed out again is bumped before it is written. */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(e->genp, __ATOMIC_RELAXED) == e->bgen)
+        return 1;
+    lc->stale++;
+    drop(lc, e);
+    return 0;
+}
+
+void gr__lc_set_gen(gr__lent *e, const uint32_t *genp)
+{
+    e->genp = genp;
+    e->bgen = __atomic_load_n(genp, __ATOMIC_ACQUIRE);
 }
 
 gr__lent *gr__lc_insert(gr__lcache *lc, const gr__ckey *k, uint32_t gen, uint32_t lease,
                         const uint8_t *p, uint64_t len, uint64_t now_ms)
 {
+    gr__hnode *n;
     gr__lent *e;
 
     if (len == 0 || len > lc->max || lc->ttl_ms == 0)
         return NULL;
-    if (gr__htab_find(&lc->table, gr__ckey_hash(k), ent_eq, k))
-        return NULL;
+    n = gr__htab_find(&lc->table, gr__ckey_hash(k), ent_eq, k);
+    if (n) {
+        e = gr__container_of(n, gr__lent, hn);
+        if (!e->soft)
+            return NULL;
+        drop(lc, e);            /* the lease it lost comes back */
+    }
     e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
@@ -131,7 +211,7 @@ gr__lent *gr__lc_insert_transient(gr__lcache *lc, const gr__ckey *k, uint32_t ge
     gr__lent *e;
 
     if (lc->transient)
-        drop(lc, lc->transient);
+        retire(lc, lc->transient);
     e = gr__lc_insert(lc, k, gen, lease, p, len, now_ms);
     if (e) {
         e->transient = 1;
@@ -157,6 +237,8 @@ void gr__lc_clear(gr__lcache *lc)
 {
     while (!gr__list_empty(&lc->lru))
         drop(lc, gr__list_entry(gr__list_first(&lc->lru), gr__lent, lru));
+    while (!gr__list_empty(&lc->soft_lru))
+        drop(lc, gr__list_entry(gr__list_first(&lc->soft_lru), gr__lent, lru));
 }
 
 void gr__lc_fini(gr__lcache *lc)

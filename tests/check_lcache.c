@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,14 @@
 #include "testutil.h"
 
 #define CHUNK (64 * 1024)
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static tu_daemon d;
 
@@ -239,6 +248,148 @@ START_TEST(test_close_without_reply_then_restart)
 }
 END_TEST
 
+/* Read all of path, n chunks of pattern seed, through a client of its
+ * own: the source is read into the tier (reusing what it has freed). */
+static void read_through_other(const char *path, uint32_t seed, int n)
+{
+    gr_client *o = gr_connect(d.sock);
+
+    ck_assert_ptr_nonnull(o);
+    sample(o, path, seed, (size_t)n * CHUNK);
+    gr_disconnect(o);
+}
+
+/* Past the client's lease budget a kept lease goes back but its entry
+ * stays soft: later reads are served from the mapping, with no message,
+ * while the block's generation is the one it had under the lease; once
+ * the daemon drops the chunks and reuses their blocks for another file,
+ * the soft entries are found stale and the bytes asked for again: every
+ * read is the file's, never the other file's in the reused blocks. */
+START_TEST(test_soft_entries_revalidated)
+{
+    gr_field arg = { .name = "path", .is_text = 1 };
+    gr_field *out;
+    size_t nout;
+    gr_client *c;
+    gr_file *f;
+    uint64_t reads0;
+
+    start("[dram]\nclient_lease_cache = 128K\n");
+    tu_write_pattern(src_path("s"), 41, 8 * CHUNK);
+    tu_write_pattern(src_path("t"), 99, 8 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("s"));
+    ck_assert_ptr_nonnull(f);
+    read_check(f, 41, 0, 8 * CHUNK);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 2);     /* the budget: 2 chunks */
+    reads0 = tu_stat(&d, "read_requests");
+    read_check(f, 41, 0, 8 * CHUNK);                        /* 6 soft, 2 kept */
+    for (int i = 0; i < 8; i++)
+        read_check(f, 41, (uint64_t)i * CHUNK + 777, 4096);
+    ck_assert_uint_eq(tu_stat(&d, "read_requests"), reads0);
+    /* The tier lets go of the chunks (the two leased stay in place), and
+     * another file's chunks take the freed blocks. */
+    arg.text = src_path("s");
+    arg.len = strlen(arg.text);
+    ck_assert_int_eq(gr_admin(c, GR_ADMIN_INVALIDATE, &arg, 1, &out, &nout), 0);
+    free(out);
+    read_through_other(src_path("t"), 99, 8);
+    for (int i = 0; i < 8; i++)
+        read_check(f, 41, (uint64_t)i * CHUNK + 777, 4096);
+    read_check(f, 41, 0, 8 * CHUNK);
+    ck_assert_uint_ge(tu_stat(&d, "read_requests"), reads0 + 6);
+    gr_close(f);
+    gr_disconnect(c);
+    ck_assert_uint_ge(tu_stat(&d, "lease_cache_stale"), 6);
+    ck_assert_uint_ge(tu_stat(&d, "lease_cache_unpinned_hits"), 6);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+}
+END_TEST
+
+/* An eviction racing reads served from soft entries: one process reads a
+ * file in small and whole-chunk reads, its leases mostly given back, while
+ * another reads far more than the tier holds, so that its chunks evict the
+ * first file's and take their blocks.  Every byte is the file's; the
+ * counters show both soft hits and stale entries. */
+START_TEST(test_eviction_races_soft_reads)
+{
+    gr_client *c;
+    gr_file *f;
+    pid_t pid;
+    int status;
+    uint64_t deadline;
+    unsigned seed = 7;
+    char name[16];
+
+    start("[dram]\nclient_lease_cache = 128K\n");
+    tu_write_pattern(src_path("x"), 51, 16 * CHUNK);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof(name), "y%d", i);
+        tu_write_pattern(src_path(name), 60 + (uint32_t)i, 64 * CHUNK);
+    }
+    boot();
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint64_t until = now_ms() + 2000;
+
+        for (int i = 0; now_ms() < until; i = (i + 1) % 4) {
+            snprintf(name, sizeof(name), "y%d", i);
+            read_through_other(src_path(name), 60 + (uint32_t)i, 64);
+        }
+        _exit(0);
+    }
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("x"));
+    ck_assert_ptr_nonnull(f);
+    deadline = now_ms() + 2000;
+    while (now_ms() < deadline) {
+        uint64_t off = (uint64_t)rand_r(&seed) % (16 * CHUNK - 4096);
+
+        read_check(f, 51, off, 4096);
+        if (rand_r(&seed) % 16 == 0)
+            read_check(f, 51, 0, 16 * CHUNK);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    gr_close(f);
+    gr_disconnect(c);
+    ck_assert_uint_gt(tu_stat(&d, "lease_cache_unpinned_hits"), 0);
+    ck_assert_uint_gt(tu_stat(&d, "lease_cache_stale"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+}
+END_TEST
+
+/* Soft entries go with their connection: after a daemon restart the
+ * client's reads are asked of the new daemon (whose arena is new) and are
+ * the file's bytes. */
+START_TEST(test_soft_entries_dropped_at_reconnect)
+{
+    gr_client *c;
+    gr_file *f;
+
+    start("[dram]\nclient_lease_cache = 64K\n");
+    tu_write_pattern(src_path("q"), 71, 6 * CHUNK);
+    boot();
+    setenv("GRANARY_TIMEOUT_MS", "10000", 1);
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("q"));
+    read_check(f, 71, 0, 6 * CHUNK);
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, NULL, 0);
+    d.pid = -1;
+    tu_write_pattern(src_path("q2"), 72, 16 * CHUNK);
+    boot();
+    read_through_other(src_path("q2"), 72, 16);             /* the new arena's blocks */
+    for (int i = 0; i < 6; i++)
+        read_check(f, 71, (uint64_t)i * CHUNK + 5, 4096);   /* (old mappings: SIGSEGV) */
+    gr_close(f);
+    gr_disconnect(c);
+    unsetenv("GRANARY_TIMEOUT_MS");
+}
+END_TEST
+
 /* client_lease_cache = 0 turns kept leases off: every read is a request. */
 START_TEST(test_lease_cache_off)
 {
@@ -274,6 +425,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_evict_races_kept_lease);
     tcase_add_test(tc, test_close_without_reply_then_restart);
     tcase_add_test(tc, test_lease_cache_off);
+    tcase_add_test(tc, test_soft_entries_revalidated);
+    tcase_add_test(tc, test_eviction_races_soft_reads);
+    tcase_add_test(tc, test_soft_entries_dropped_at_reconnect);
     suite_add_tcase(s, tc);
     return s;
 }
