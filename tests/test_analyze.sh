@@ -127,7 +127,9 @@ start_daemon
 B4="$dir/src/big/b1 $dir/src/big/b2 $dir/src/big/b3 $dir/src/big/b4"
 # shellcheck disable=SC2086
 run_job sequential-large seq $B4 $B4 $B4
-run_job random-small random "$dir/src/big/b3" 3000
+# Small reads inside chunks the client keeps (or kept: soft entries) never
+# reach the daemon, so these two jobs read with the lease cache off.
+GRANARY_LEASE_CACHE=0 run_job random-small random "$dir/src/big/b3" 3000
 GRANARY_LEASE_CACHE=0 run_job strided strided "$dir/src/big/b4" 65536 4096
 # shellcheck disable=SC2086
 run_job checkpoint-burst ckpt 3 1500 $B4

@@ -39,7 +39,11 @@ for i in 1 2 3 4 5 6; do head -c $((i * 37000)) /dev/urandom > "$dir/src/tree/f$
 head -c 1500000 /dev/urandom > "$dir/src/tree/sub/g"
 ln -s f1 "$dir/src/tree/link"
 tree_bytes=$(cat "$dir"/src/tree/f* "$dir/src/tree/sub/g" | wc -c)
-write_conf
+# THP, not hugetlb, whatever pool the machine has: the shim's zero-copy mmap
+# places arena pages with mremap, which hugetlb allows only in whole 2 MiB
+# pages (granary.conf(5), huge_pages), and mmap_served asserts zero-copy.
+write_conf "[dram]
+huge_pages = thp"
 start_daemon
 
 # --- the same output with and without the shim, served by the daemon ----------
