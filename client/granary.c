@@ -1236,7 +1236,7 @@ static uint64_t serve_local(gr_client *c, gr_file *f, uint8_t *buf, uint64_t off
             pos += n;
             continue;
         }
-        if (c->lc.count == 0 || cs == 0)
+        if ((c->lc.count == 0 && c->lc.soft_count == 0) || cs == 0)
             break;
         if (!now)
             now = gr__now_ms();

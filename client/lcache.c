@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "lcache.h"
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -97,6 +98,7 @@ static void retire(gr__lcache *lc, gr__lent *e)
     lc->release(lc->arg, e);
     e->soft = 1;
     e->transient = 0;
+    e->expires_ms = gr__now_ms() + GR_LC_SOFT_TTL_MS;
     gr__list_push_back(&lc->soft_lru, &e->lru);
     lc->soft_count++;
     trim_soft(lc);
@@ -126,6 +128,10 @@ gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms)
     if (!n)
         return NULL;
     e = gr__container_of(n, gr__lent, hn);
+    if (e->soft && now_ms >= e->expires_ms) {
+        drop(lc, e);            /* (a generation could have come round) */
+        return NULL;
+    }
     if (!e->soft && now_ms >= e->expires_ms) {
         lc->expired++;
         if (!softens(lc, e)) {
@@ -139,9 +145,12 @@ gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms)
     return e;
 }
 
+/* Both checks cover a hard entry too: its lease holds the block, so the
+ * generation cannot change, unless the daemon dropped the connection (and
+ * every lease of it) while this client sent nothing. */
 int gr__lc_check_begin(gr__lcache *lc, gr__lent *e)
 {
-    if (!e->soft)
+    if (!e->genp)
         return 1;
     if (__atomic_load_n(e->genp, __ATOMIC_ACQUIRE) == e->bgen)
         return 1;
@@ -152,7 +161,7 @@ int gr__lc_check_begin(gr__lcache *lc, gr__lent *e)
 
 int gr__lc_check_end(gr__lcache *lc, gr__lent *e)
 {
-    if (!e->soft)
+    if (!e->genp)
         return 1;
     /* The copy's loads come before the second look (a seqlock's read
      * side): a block handed out again is bumped before it is written. */

@@ -24,7 +24,9 @@
  * the generation its block had while it was leased (bgen, read from genp
  * in the segment's table).  A read from a soft entry is good only if the
  * entry reads bgen before and after the copy (gr__lc_check_*); else the
- * entry is dropped and the caller asks the daemon.  A soft entry serves
+ * entry is dropped and the caller asks the daemon.  (Hard entries are
+ * checked the same way: a daemon that dropped the connection took their
+ * leases with it.)  A soft entry lasts GR_LC_SOFT_TTL_MS at most.  A soft entry serves
  * copies only: a gr_ref needs a lease.  Soft entries cost the daemon
  * nothing and the client only the entry: the bytes are the daemon's.
  *
@@ -61,6 +63,9 @@ typedef struct gr__lent {
 typedef void (*gr__lc_release)(void *arg, const gr__lent *e);
 
 #define GR_LC_SOFT_MAX 65536       /* soft entries kept (about 150 bytes each) */
+#define GR_LC_SOFT_TTL_MS 600000u   /* and each for at most 10 minutes: a block's
+                                     * generation (32 bits) cannot come round in that
+                                     * time (a release per chunk fetch) */
 
 typedef struct gr__lcache {
     gr__htab table;             /* hard and soft entries */
@@ -94,8 +99,9 @@ void gr__lc_configure(gr__lcache *lc, uint64_t max, uint32_t ttl_ms);
  * gr__lc_check_begin and a gr__lc_check_end that says so. */
 gr__lent *gr__lc_find(gr__lcache *lc, const gr__ckey *k, uint64_t now_ms);
 
-/* For a copy from e: 1 when its bytes may be read (a hard entry, or a soft
- * one whose block has its generation), 0 when e was stale (dropped). */
+/* For a copy from e: 1 when its bytes may be read (its block has the
+ * generation it had under the lease, or it has no table), 0 when e was
+ * stale (dropped). */
 int gr__lc_check_begin(gr__lcache *lc, gr__lent *e);
 /* After the copy: 1 when the bytes copied are good, 0 when the block
  * changed under the copy (e dropped: the copy is garbage). */

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -390,6 +392,102 @@ START_TEST(test_soft_entries_dropped_at_reconnect)
 }
 END_TEST
 
+/* Kept leases past their time go soft and keep serving, also once none
+ * of the client's entries holds a lease any more. */
+START_TEST(test_soft_entries_after_ttl)
+{
+    gr_client *c;
+    gr_file *f;
+    uint64_t reads0;
+
+    start("[dram]\nclient_lease_ttl = 0.3\n");
+    tu_write_pattern(src_path("t"), 81, 4 * CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("t"));
+    ck_assert_ptr_nonnull(f);
+    read_check(f, 81, 0, 4 * CHUNK);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 4);
+    tu_sleep_ms(500);
+    reads0 = tu_stat(&d, "read_requests");
+    read_check(f, 81, 0, 4 * CHUNK);            /* every entry expires: soft */
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+    for (int i = 0; i < 4; i++)
+        read_check(f, 81, (uint64_t)i * CHUNK + 99, 4096);
+    read_check(f, 81, 0, 4 * CHUNK);
+    ck_assert_uint_eq(tu_stat(&d, "read_requests"), reads0);
+    gr_close(f);
+    gr_disconnect(c);
+}
+END_TEST
+
+/* This process's connection to the daemon (SOCK_SEQPACKET to d.sock). */
+static int client_socket(void)
+{
+    for (int fd = 3; fd < 4096; fd++) {
+        struct sockaddr_un a;
+        socklen_t al = sizeof(a);
+        int type = 0;
+        socklen_t tl = sizeof(type);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
+            continue;
+        if (getpeername(fd, (struct sockaddr *)&a, &al) == 0 && a.sun_family == AF_UNIX &&
+            strcmp(a.sun_path, d.sock) == 0)
+            return fd;
+    }
+    return -1;
+}
+
+/* The daemon drops a connection (it does when out of memory for a reply;
+ * here it sees the connection's write side shut) and with it every lease
+ * it held, while the client, sending nothing, does not know:
+ * its kept leases are checked by generation like soft entries, so once the
+ * blocks hold another file's chunks the client asks again (and reconnects)
+ * instead of serving them. */
+START_TEST(test_kept_leases_of_a_dropped_connection)
+{
+    gr_field arg = { .name = "path", .is_text = 1 };
+    gr_field *out;
+    size_t nout;
+    gr_client *c;
+    gr_file *f;
+    int fd;
+
+    start(NULL);
+    tu_write_pattern(src_path("k"), 91, 4 * CHUNK);
+    tu_write_pattern(src_path("l"), 92, 8 * CHUNK);
+    boot();
+    setenv("GRANARY_TIMEOUT_MS", "10000", 1);
+    c = gr_connect(d.sock);
+    f = gr_open(c, src_path("k"));
+    ck_assert_ptr_nonnull(f);
+    read_check(f, 91, 0, 4 * CHUNK);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 4);
+    fd = client_socket();
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+    for (int i = 0; i < 100 && tu_stat(&d, "leases_active") > 0; i++)
+        tu_sleep_ms(10);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+    arg.text = src_path("k");
+    arg.len = strlen(arg.text);
+    {
+        gr_client *o = gr_connect(d.sock);
+        ck_assert_int_eq(gr_admin(o, GR_ADMIN_INVALIDATE, &arg, 1, &out, &nout), 0);
+        free(out);
+        gr_disconnect(o);
+    }
+    read_through_other(src_path("l"), 92, 8);
+    for (int i = 0; i < 4; i++)
+        read_check(f, 91, (uint64_t)i * CHUNK + 5, 4096);
+    read_check(f, 91, 0, 4 * CHUNK);
+    gr_close(f);
+    gr_disconnect(c);
+    unsetenv("GRANARY_TIMEOUT_MS");
+}
+END_TEST
+
 /* client_lease_cache = 0 turns kept leases off: every read is a request. */
 START_TEST(test_lease_cache_off)
 {
@@ -428,6 +526,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_soft_entries_revalidated);
     tcase_add_test(tc, test_eviction_races_soft_reads);
     tcase_add_test(tc, test_soft_entries_dropped_at_reconnect);
+    tcase_add_test(tc, test_soft_entries_after_ttl);
+    tcase_add_test(tc, test_kept_leases_of_a_dropped_connection);
     suite_add_tcase(s, tc);
     return s;
 }
