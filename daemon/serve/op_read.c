@@ -131,7 +131,7 @@ static void readx_reply(conn *c, readreq *r)
             ext[n].flags |= PROTO_EXTENT_NOKEEP;
         if (first) {
             m->fds[m->nfds++] = arena_segment_fd(ar, ch->blk.seg);
-            ext[n].flags = PROTO_EXTENT_FD;
+            ext[n].flags |= PROTO_EXTENT_FD;
         }
         ext[n].seg = ch->blk.seg;
         ext[n].lease = (uint32_t)lease;
