@@ -65,7 +65,11 @@ _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PRO
 #define GR_RECONNECT_DEFAULT_MS 30000   /* $GRANARY_RECONNECT_MS unset */
 #define GR_DEFAULT_CONFIG "/etc/granary/granary.conf"
 #define GR_REPORT_MS 1000               /* lease-cache counters go to the daemon this often */
-#define GR_LC_COUNTERS 6                /* of them */
+#define GR_LC_COUNTERS 8                /* of them (and the look-ahead's) */
+#define GR_AHEAD_DEFAULT 2              /* look-ahead opens in flight ($GRANARY_LOOKAHEAD) */
+#define GR_AHEAD_MAX 8
+#define GR_AHEAD_QMAX 262144            /* hinted paths kept for the look-ahead */
+#define GR_AHEAD_DROPPED 64             /* look-ahead replies awaited only to close them */
 #define GR_GEN_PAGE 4096u               /* bytes per generation-table entry (PROTOCOL.md) */
 
 typedef struct gr_seg {
@@ -92,6 +96,16 @@ typedef struct gr_retired {
     uint32_t gen;
     uint32_t nrefs;                     /* gr_refs still pointing in; unmapped at 0 */
 } gr_retired;
+
+/* A look-ahead open: an OPENX sent for the next hinted path before the
+ * caller opens it (ahead_* below). */
+typedef struct gr_ahead {
+    char *path;
+    uint32_t id;                        /* its req_id */
+    uint32_t want;                      /* the first chunk's bytes asked for */
+    int done;                           /* the reply came: f, or NULL if it failed */
+    struct gr_file *f;
+} gr_ahead;
 
 struct gr_client {
     int fd;                             /* -1 after a failed reconnect */
@@ -120,6 +134,16 @@ struct gr_client {
     uint64_t lc_reported[GR_LC_COUNTERS]; /* lease-cache counters as last reported */
     uint64_t report_ms;                 /* gr__now_ms() of the last report */
     gr__meta *meta;                     /* attributes from the daemon's manifests (meta.c) */
+    /* Look-ahead opens along the hint list (ahead_* below). */
+    char **aq;                          /* hinted paths not asked for yet, from aq_head */
+    size_t aq_head, aq_len, aq_cap;
+    gr_ahead ahead[GR_AHEAD_MAX];       /* asked for, in hint order */
+    uint32_t nahead;
+    uint32_t ahead_depth;               /* $GRANARY_LOOKAHEAD, 0: none */
+    uint32_t ahead_misses;              /* opens in a row the look-ahead did not foresee */
+    uint32_t dropped[GR_AHEAD_DROPPED]; /* ids of look-aheads given up, reply not yet in */
+    uint32_t ndropped;
+    uint64_t ahead_sent, ahead_used;    /* counters, for REPORT */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
 
@@ -234,10 +258,12 @@ static void report_lc(gr_client *c, int force)
     static const char *const names[GR_LC_COUNTERS] = {
         "lease_cache_hits",    "lease_cache_hit_bytes",     "lease_cache_kept",
         "lease_cache_expired", "lease_cache_unpinned_hits", "lease_cache_stale",
+        "lookahead_opens",     "lookahead_used",
     };
     uint64_t now = gr__now_ms();
     uint64_t cur[GR_LC_COUNTERS] = { c->lc.hits,    c->lc.hit_bytes,     c->lc.kept,
-                                     c->lc.expired, c->lc.unpinned_hits, c->lc.stale };
+                                     c->lc.expired, c->lc.unpinned_hits, c->lc.stale,
+                                     c->ahead_sent, c->ahead_used };
     uint8_t req[PROTO_HDR_LEN + GR_LC_COUNTERS * (2 + 32 + 8)];
     size_t off = 0;
     ssize_t n;
@@ -377,7 +403,7 @@ static int map_segments(gr_client *c, const proto_msg *m, const int *fds, int nf
 
 /* Receive one whole message into c->rbuf and decode it; a READX reply's
  * segments are mapped before it is returned. */
-static int recv_msg(gr_client *c, proto_msg *m)
+static int recv_one(gr_client *c, proto_msg *m)
 {
     int fds[PROTO_MAX_EXTENTS], nfds = 0;
     size_t used;
@@ -408,6 +434,20 @@ static int recv_msg(gr_client *c, proto_msg *m)
         return map_segments(c, m, fds, nfds);
     gr__close_fds(fds, nfds);
     return rc != 0 ? -EPROTO : 0;
+}
+
+static int ahead_claim(gr_client *c, proto_msg *m);
+static void ahead_reset(gr_client *c, int queue);
+static void ahead_conn_gone(gr_client *c);
+
+/* recv_one, the replies to look-ahead opens taken aside (ahead_claim). */
+static int recv_msg(gr_client *c, proto_msg *m)
+{
+    int rc;
+
+    while ((rc = recv_one(c, m)) == 0 && (c->nahead || c->ndropped) && ahead_claim(c, m))
+        ;
+    return rc;
 }
 
 /* Send one request and wait for its reply (stale replies are skipped).
@@ -596,6 +636,7 @@ static void drop_conn(gr_client *c)
     /* Kept leases die with the connection; entries a gr_ref still reads
      * stay with it (its generation's mappings are retired below). */
     gr__lc_clear(&c->lc);
+    ahead_conn_gone(c);
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -731,6 +772,14 @@ gr_client *gr_connect(const char *socket_path)
     c->proof_fd = -1;
     c->staged_fd = -1;
     c->lc_env_max = UINT64_MAX;
+    c->ahead_depth = GR_AHEAD_DEFAULT;
+    {
+        const char *v = getenv("GRANARY_LOOKAHEAD");
+        if (v && *v) {
+            long d = strtol(v, NULL, 10);
+            c->ahead_depth = d <= 0 ? 0 : d > GR_AHEAD_MAX ? GR_AHEAD_MAX : (uint32_t)d;
+        }
+    }
     {
         const char *v = getenv("GRANARY_LEASE_CACHE");
         uint64_t b;
@@ -768,6 +817,8 @@ void gr_disconnect(gr_client *c)
     if (c->gpu_hooks)
         c->gpu_hooks->fini(c->gpu_arg);     /* waits for its copies, releases its refs */
     c->gpu_hooks = NULL;
+    ahead_conn_gone(c);
+    ahead_reset(c, 1);
     report_lc(c, 1);
     gr__lc_fini(&c->lc);
     flush_releases(c);
@@ -815,6 +866,12 @@ static void proof_failed(gr_client *c, const char *path, int proof_err)
 }
 
 static void close_unused(gr_client *c, uint32_t handle);
+static int open_finish(gr_client *c, const char *path, proto_msg *m, uint32_t want,
+                       gr_file **fp);
+static void file_free(gr_file *f);
+static void ahead_topup(gr_client *c);
+static gr_file *ahead_take(gr_client *c, const char *path);
+static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n);
 
 /* Chunk idx of f, as the lease cache names it. */
 static gr__ckey chunk_of(const gr_file *f, uint64_t idx)
@@ -939,6 +996,11 @@ gr_file *gr_open(gr_client *c, const char *path)
         path = abs;
     }
     len = path ? strlen(path) : 0;
+    if (len && (c->nahead || c->aq_head < c->aq_len) && (f = ahead_take(c, path))) {
+        ahead_topup(c);
+        c->errtext[0] = '\0';
+        goto out;
+    }
     /* One round trip: the open and, where it costs no source read the
      * caller may not want (a file of one chunk, or chunks in DRAM), the
      * first chunk, kept as a lease for the reads that follow. */
@@ -976,43 +1038,12 @@ gr_file *gr_open(gr_client *c, const char *path)
             proof_failed(c, path, proof < 0 ? proof : -EACCES);
         goto out;
     }
-    f = calloc(1, sizeof(*f));
-    if (!f || !(f->path = strdup(path))) {
-        drop_readx(c, &m);
-        close_unused(c, m.u.openx_reply.attr.handle);
-        free(f);
-        f = NULL;
-        fail(c, -ENOMEM);
+    rc = open_finish(c, path, &m, want, &f);
+    if (rc < 0) {
+        fail(c, rc);
         goto out;
     }
-    f->c = c;
-    f->a = m.u.openx_reply.attr;
-    f->gen = c->gen;
-    f->staged_fd = -1;
-    if (m.h.flags & PROTO_F_STAGED) {
-        f->staged_fd = c->staged_fd;
-        c->staged_fd = -1;
-    }
-    if (m.u.openx_reply.read_status == 0) {
-        const proto_readx *rx = &m.u.openx_reply.rx;
-        uint64_t plen = want < f->a.size ? want : f->a.size;
-        /* Bytes that came inline (another uid's chunk, no arena block) are
-         * kept too: the read that follows needs no round trip either. */
-        if (rx->nextents == 0 && rx->inline_len && (f->head = malloc(rx->inline_len))) {
-            memcpy(f->head, rx->inline_data, rx->inline_len);
-            f->head_len = rx->inline_len;
-        } else if (take_whole(c, f, &m, 0, plen, NULL) < 0) {
-            close_unused(c, f->a.handle);
-            if (f->staged_fd >= 0)
-                close(f->staged_fd);
-            free(f->path);
-            free(f);
-            f = NULL;
-            fail(c, -EPROTO);
-            goto out;
-        }
-        flush_releases(c);
-    }
+    ahead_topup(c);
     c->errtext[0] = '\0';
 out:
     if (c->staged_fd >= 0) {            /* a reply we did not keep */
@@ -1020,6 +1051,253 @@ out:
         c->staged_fd = -1;
     }
     pthread_mutex_unlock(&c->lock);
+    return f;
+}
+
+/* The gr_file of path from m, a successful OPENX reply to a request that
+ * asked for want bytes of the first chunk: *fp, 0; or -errno with the
+ * reply's handle closed and its leases released.  Lock held. */
+static int open_finish(gr_client *c, const char *path, proto_msg *m, uint32_t want,
+                       gr_file **fp)
+{
+    gr_file *f = calloc(1, sizeof(*f));
+
+    *fp = NULL;
+    if (!f || !(f->path = strdup(path))) {
+        drop_readx(c, m);
+        close_unused(c, m->u.openx_reply.attr.handle);
+        free(f);
+        return -ENOMEM;
+    }
+    f->c = c;
+    f->a = m->u.openx_reply.attr;
+    f->gen = c->gen;
+    f->staged_fd = -1;
+    if (m->h.flags & PROTO_F_STAGED) {
+        f->staged_fd = c->staged_fd;
+        c->staged_fd = -1;
+    }
+    if (m->u.openx_reply.read_status == 0) {
+        const proto_readx *rx = &m->u.openx_reply.rx;
+        uint64_t plen = want < f->a.size ? want : f->a.size;
+        /* Bytes that came inline (another uid's chunk, no arena block) are
+         * kept too: the read that follows needs no round trip either. */
+        if (rx->nextents == 0 && rx->inline_len && (f->head = malloc(rx->inline_len))) {
+            memcpy(f->head, rx->inline_data, rx->inline_len);
+            f->head_len = rx->inline_len;
+        } else if (take_whole(c, f, m, 0, plen, NULL) < 0) {
+            close_unused(c, f->a.handle);
+            file_free(f);
+            return -EPROTO;
+        }
+        flush_releases(c);
+    }
+    *fp = f;
+    return 0;
+}
+
+/* Free f's memory (its handle is the caller's business). */
+static void file_free(gr_file *f)
+{
+    free(f->head);
+    if (f->staged_fd >= 0)
+        close(f->staged_fd);
+    free(f->path);
+    free(f);
+}
+
+/*
+ * Look-ahead opens (issue 14).  A job that hinted its order (gr_hint_append)
+ * opens its files in that order; each open is a round trip, paid while the
+ * training loop waits.  So the hinted paths (ranges from offset 0) are kept
+ * here, and each open sends the OPENX of the next GR_AHEAD_DEFAULT of them
+ * without waiting ($GRANARY_LOOKAHEAD, 0..8): their replies arrive while the
+ * caller works on this file, and the open of the next one takes its reply
+ * (with its first chunk, kept in the lease cache) from the socket at once.
+ * The caller may open other files in between, or skip some: a look-ahead
+ * passed over is given up (its handle closed once its reply is in); after
+ * 2 x GR_AHEAD_MAX opens in a row that it did not foresee it stops until the
+ * next gr_hint_append.  Only where no access proof is needed (root, or
+ * [daemon] access_check none or judge): a proof is the caller's own open(2)
+ * of the file, which would move onto this thread.  Lock held throughout.
+ */
+
+/* Give up look-ahead a (the slot is the caller's to drop): a file that
+ * came is closed, a reply still out is closed when it comes. */
+static void ahead_give_up(gr_client *c, gr_ahead *a)
+{
+    if (a->done && a->f) {
+        if (a->f->gen == c->gen && c->fd >= 0)
+            close_unused(c, a->f->a.handle);
+        file_free(a->f);
+    } else if (!a->done && c->ndropped < GR_AHEAD_DROPPED) {
+        c->dropped[c->ndropped++] = a->id;
+    }
+    free(a->path);
+}
+
+/* Drop look-aheads [0, k) and shift the rest down. */
+static void ahead_shift(gr_client *c, uint32_t k)
+{
+    memmove(c->ahead, c->ahead + k, (c->nahead - k) * sizeof(c->ahead[0]));
+    c->nahead -= k;
+}
+
+/* Give up every look-ahead; with queue, forget the hinted paths too. */
+static void ahead_reset(gr_client *c, int queue)
+{
+    for (uint32_t i = 0; i < c->nahead; i++)
+        ahead_give_up(c, &c->ahead[i]);
+    c->nahead = 0;
+    c->ahead_misses = 0;
+    if (!queue)
+        return;
+    for (size_t i = c->aq_head; i < c->aq_len; i++)
+        free(c->aq[i]);
+    free(c->aq);
+    c->aq = NULL;
+    c->aq_head = c->aq_len = c->aq_cap = 0;
+}
+
+/* The connection is gone: so are the handles of its look-aheads. */
+static void ahead_conn_gone(gr_client *c)
+{
+    for (uint32_t i = 0; i < c->nahead; i++) {
+        if (c->ahead[i].f)
+            file_free(c->ahead[i].f);
+        free(c->ahead[i].path);
+    }
+    c->nahead = 0;
+    c->ndropped = 0;
+}
+
+/* Keep the hinted paths of h[0..n) that start at offset 0, for the
+ * look-ahead (up to GR_AHEAD_QMAX not yet asked for). */
+static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
+{
+    if (c->ahead_depth == 0)
+        return;
+    c->ahead_misses = 0;
+    if (c->aq_head > 0 && c->aq_head * 2 >= c->aq_len) {    /* reclaim the front */
+        memmove(c->aq, c->aq + c->aq_head, (c->aq_len - c->aq_head) * sizeof(*c->aq));
+        c->aq_len -= c->aq_head;
+        c->aq_head = 0;
+    }
+    for (size_t k = 0; k < n && c->aq_len - c->aq_head < GR_AHEAD_QMAX; k++) {
+        char *p;
+        if (h[k].off != 0)
+            continue;
+        if (c->aq_len == c->aq_cap) {
+            size_t nc = c->aq_cap ? c->aq_cap * 2 : 256;
+            char **na = realloc(c->aq, nc * sizeof(*na));
+            if (!na)
+                return;
+            c->aq = na;
+            c->aq_cap = nc;
+        }
+        if (!(p = strdup(abs && abs[k] ? abs[k] : h[k].path)))
+            return;
+        c->aq[c->aq_len++] = p;
+    }
+}
+
+/* Send the OPENX of the next hinted paths until depth are out. */
+static void ahead_topup(gr_client *c)
+{
+    uint8_t req[PROTO_HDR_LEN + PROTO_OPENX_PREFIX + PROTO_MAX_PATH];
+    uint32_t want = lc_on(c) ? c->chunk_size : 0;
+
+    if (c->need_proof || c->fd < 0)
+        return;
+    while (c->nahead < c->ahead_depth && c->aq_head < c->aq_len) {
+        char *path = c->aq[c->aq_head];
+        uint32_t id = take_id(c);
+        ssize_t n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path,
+                                    strlen(path));
+        c->aq[c->aq_head++] = NULL;
+        if (n < 0 || send(c->fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+            free(path);                 /* the next call sees what went wrong */
+            return;
+        }
+        c->ahead[c->nahead++] = (gr_ahead){ .path = path, .id = id, .want = want };
+        c->ahead_sent++;
+    }
+}
+
+/* m is a reply: if to a look-ahead, take it (1), else leave it (0). */
+static int ahead_claim(gr_client *c, proto_msg *m)
+{
+    int ok = m->h.status == 0 && m->h.op == PROTO_OP_OPENX;
+
+    for (uint32_t i = 0; i < c->nahead; i++) {
+        gr_ahead *a = &c->ahead[i];
+        if (a->done || a->id != m->h.req_id)
+            continue;
+        a->done = 1;
+        if (ok)
+            open_finish(c, a->path, m, a->want, &a->f);
+        else if (proto_msg_readx(m))
+            drop_readx(c, m);
+        return 1;
+    }
+    for (uint32_t i = 0; i < c->ndropped; i++) {
+        if (c->dropped[i] != m->h.req_id)
+            continue;
+        c->dropped[i] = c->dropped[--c->ndropped];
+        if (proto_msg_readx(m))
+            drop_readx(c, m);
+        if (ok)
+            close_unused(c, m->u.openx_reply.attr.handle);
+        if (c->staged_fd >= 0) {
+            close(c->staged_fd);
+            c->staged_fd = -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* The file of path if a look-ahead opened it (waiting for its reply if it
+ * is still out), else NULL: the caller opens it itself. */
+static gr_file *ahead_take(gr_client *c, const char *path)
+{
+    gr_file *f;
+    uint32_t k;
+    proto_msg m;
+
+    for (k = 0; k < c->nahead && strcmp(c->ahead[k].path, path) != 0; k++)
+        ;
+    if (k == c->nahead) {
+        if (c->aq_head < c->aq_len && strcmp(c->aq[c->aq_head], path) == 0) {
+            free(c->aq[c->aq_head]);            /* the next hinted: opened now */
+            c->aq[c->aq_head++] = NULL;
+            c->ahead_misses = 0;
+        } else if (++c->ahead_misses > 2 * GR_AHEAD_MAX) {
+            ahead_reset(c, 1);                  /* not the order hinted: stop */
+        }
+        return NULL;
+    }
+    c->ahead_misses = 0;
+    for (uint32_t i = 0; i < k; i++)
+        ahead_give_up(c, &c->ahead[i]);
+    ahead_shift(c, k);
+    while (!c->ahead[0].done) {
+        if (recv_one(c, &m) < 0)
+            break;                              /* the open of its own finds out */
+        if (!ahead_claim(c, &m) && proto_msg_readx(&m))
+            drop_readx(c, &m);                  /* stale: its leases go back */
+    }
+    f = c->ahead[0].done ? c->ahead[0].f : NULL;
+    if (!c->ahead[0].done)
+        ahead_give_up(c, &c->ahead[0]);
+    else
+        free(c->ahead[0].path);
+    ahead_shift(c, 1);
+    if (f && f->gen != c->gen) {
+        file_free(f);
+        f = NULL;
+    }
+    c->ahead_used += f != NULL;
     return f;
 }
 
@@ -1740,8 +2018,10 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
         ret = send_hints(c, buf, cap, 0, ents, k);
     }
 #undef HINT_PATH
-    if (ret == 0)
+    if (ret == 0) {
+        ahead_queue(c, h, abs, n);
         c->errtext[0] = '\0';
+    }
     pthread_mutex_unlock(&c->lock);
     free(buf);
     free(ents);
@@ -1755,6 +2035,7 @@ int gr_hint_clear(gr_client *c)
     int ret;
 
     pthread_mutex_lock(&c->lock);
+    ahead_reset(c, 1);
     ret = send_hints(c, buf, sizeof(buf), PROTO_HINT_CLEAR, NULL, 0);
     if (ret == 0)
         c->errtext[0] = '\0';

@@ -94,8 +94,18 @@ void gr_disconnect(gr_client *c);
  * many bytes as the daemon allows, [dram] client_lease_cache, and at most
  * $GRANARY_LEASE_CACHE, a size; 0 keeps none) for [dram] client_lease_ttl
  * seconds, and serves later reads of those chunks of the same file identity
- * from them without any message.  Kept bytes are always those of the
- * identity the gr_file was opened with.
+ * from them without any message.  Past that, a lease goes back but the
+ * client goes on reading the chunk from its mapping as long as the daemon's
+ * generation table says the block was not reused (checked around every
+ * copy).  Kept bytes are always those of the identity the gr_file was
+ * opened with.
+ *
+ * Look-ahead: a client that hinted files (gr_hint_append, ranges from
+ * offset 0) and opens them in that order has the next ones opened ahead,
+ * $GRANARY_LOOKAHEAD of them (default 2, 0 turns it off, at most 8), their
+ * replies waiting on the socket when it opens them; where no access proof
+ * is needed (root, [daemon] access_check none or judge).  A file opened
+ * ahead has the identity it had then.
  */
 gr_file *gr_open(gr_client *c, const char *path);
 

@@ -488,6 +488,110 @@ START_TEST(test_kept_leases_of_a_dropped_connection)
 }
 END_TEST
 
+/* Files ln0..ln{n-1} of 10000 bytes each (pattern 100 + i), hinted in
+ * that order on c. */
+static void hinted_files(gr_client *c, int n)
+{
+    gr_hint h[64];
+    static char names[64][1024];
+
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s/ln%d", d.src, i);
+        tu_write_pattern(names[i], 100 + (uint32_t)i, 10000);
+        h[i] = (gr_hint){ names[i], 0, 0 };
+    }
+    ck_assert_int_eq(gr_hint_append(c, h, (size_t)n), 0);
+}
+
+static void sample_ln(gr_client *c, int i)
+{
+    char name[32];
+
+    snprintf(name, sizeof(name), "ln%d", i);
+    sample(c, src_path(name), 100 + (uint32_t)i, 10000);
+}
+
+/* Opens in the hinted order: each one's OPENX went out with the open
+ * before (look-ahead), so the daemon sees each file opened once, every
+ * byte is the file's, and nothing is left open. */
+START_TEST(test_lookahead_in_hint_order)
+{
+    gr_client *c;
+
+    start(NULL);
+    boot();
+    c = gr_connect(d.sock);
+    hinted_files(c, 20);
+    for (int i = 0; i < 20; i++)
+        sample_ln(c, i);
+    ck_assert_uint_eq(tu_stat(&d, "opens"), 20);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    gr_disconnect(c);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_opens"), 19);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_used"), 19);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "request_errors"), 0);
+}
+END_TEST
+
+/* A caller that strays from its hints: files skipped, taken out of order,
+ * files never hinted in between, the hints cleared midway.  Every byte is
+ * the right file's; the look-aheads given up are closed (none left open
+ * after the clear), and the daemon saw no bad request. */
+START_TEST(test_lookahead_out_of_order)
+{
+    static const int order[] = { 1, 0, 2, 5, 3, 9, 4, 6, 7 };
+    gr_client *c;
+
+    start(NULL);
+    tu_write_pattern(src_path("z"), 7, 3000);
+    boot();
+    c = gr_connect(d.sock);
+    hinted_files(c, 12);
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        sample_ln(c, order[i]);
+        if (i % 3 == 1)
+            sample(c, src_path("z"), 7, 3000);
+    }
+    ck_assert_int_eq(gr_hint_clear(c), 0);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    sample_ln(c, 10);
+    sample_ln(c, 11);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    gr_disconnect(c);
+    ck_assert_uint_gt(tu_stat(&d, "lookahead_used"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "request_errors"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
+}
+END_TEST
+
+/* The daemon restarts in the middle of a hinted pass: the look-aheads die
+ * with the connection, the rest of the pass is read right from the new
+ * daemon (which the hints, lost with the connection, no longer drive). */
+START_TEST(test_lookahead_across_a_restart)
+{
+    gr_client *c;
+
+    start(NULL);
+    boot();
+    setenv("GRANARY_TIMEOUT_MS", "10000", 1);
+    c = gr_connect(d.sock);
+    hinted_files(c, 10);
+    for (int i = 0; i < 4; i++)
+        sample_ln(c, i);
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, NULL, 0);
+    d.pid = -1;
+    boot();
+    for (int i = 4; i < 10; i++)
+        sample_ln(c, i);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "request_errors"), 0);
+    gr_disconnect(c);
+    unsetenv("GRANARY_TIMEOUT_MS");
+}
+END_TEST
+
 /* client_lease_cache = 0 turns kept leases off: every read is a request. */
 START_TEST(test_lease_cache_off)
 {
@@ -528,6 +632,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_soft_entries_dropped_at_reconnect);
     tcase_add_test(tc, test_soft_entries_after_ttl);
     tcase_add_test(tc, test_kept_leases_of_a_dropped_connection);
+    tcase_add_test(tc, test_lookahead_in_hint_order);
+    tcase_add_test(tc, test_lookahead_out_of_order);
+    tcase_add_test(tc, test_lookahead_across_a_restart);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -136,7 +136,9 @@
     X(counter, lease_cache_kept,     "leases clients kept after a read to serve later reads (reported)") \
     X(counter, lease_cache_expired,  "kept leases clients gave back at client_lease_ttl (reported)") \
     X(counter, lease_cache_unpinned_hits, "of the hits, reads served from released leases whose block generation had not changed (reported)") \
-    X(counter, lease_cache_stale,    "released leases clients found reused (generation changed) and dropped (reported)")
+    X(counter, lease_cache_stale,    "released leases clients found reused (generation changed) and dropped (reported)") \
+    X(counter, lookahead_opens,      "opens clients sent ahead of use along their hint lists (reported)") \
+    X(counter, lookahead_used,       "of those, opens the client's caller then made, answered with no wait (reported)")
 
 /*
  * Request latency histograms, one per class of request: the time from
