@@ -69,7 +69,7 @@ _Static_assert(GR_ADMIN_EVICT == PROTO_ADMIN_EVICT && GR_ADMIN_INVALIDATE == PRO
 #define GR_AHEAD_DEFAULT 2              /* look-ahead opens in flight ($GRANARY_LOOKAHEAD) */
 #define GR_AHEAD_MAX 8
 #define GR_AHEAD_QMAX 262144            /* hinted paths kept for the look-ahead */
-#define GR_AHEAD_DROPPED 64             /* look-ahead replies awaited only to close them */
+#define GR_AHEAD_AGE_MS 1000            /* a look-ahead older than this is not used */
 #define GR_GEN_PAGE 4096u               /* bytes per generation-table entry (PROTOCOL.md) */
 
 typedef struct gr_seg {
@@ -103,6 +103,7 @@ typedef struct gr_ahead {
     char *path;
     uint32_t id;                        /* its req_id */
     uint32_t want;                      /* the first chunk's bytes asked for */
+    uint64_t sent_ms;                   /* gr__now_ms() when it went out */
     int done;                           /* the reply came: f, or NULL if it failed */
     struct gr_file *f;
 } gr_ahead;
@@ -141,8 +142,7 @@ struct gr_client {
     uint32_t nahead;
     uint32_t ahead_depth;               /* $GRANARY_LOOKAHEAD, 0: none */
     uint32_t ahead_misses;              /* opens in a row the look-ahead did not foresee */
-    uint32_t dropped[GR_AHEAD_DROPPED]; /* ids of look-aheads given up, reply not yet in */
-    uint32_t ndropped;
+    int ahead_on;                       /* the last open was the next hinted one */
     uint64_t ahead_sent, ahead_used;    /* counters, for REPORT */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
@@ -307,6 +307,22 @@ static void drop_readx(gr_client *c, const proto_msg *m)
     }
 }
 
+static void close_unused(gr_client *c, uint32_t handle);
+
+/* A reply nobody waits for any more (its request timed out, a look-ahead
+ * given up): its leases go back, an open's handle is closed. */
+static void drop_stale(gr_client *c, const proto_msg *m)
+{
+    if (proto_msg_readx(m))
+        drop_readx(c, m);
+    if (m->h.status == 0 && m->h.op == PROTO_OP_OPENX && c->fd >= 0)
+        close_unused(c, m->u.openx_reply.attr.handle);
+    if ((m->h.flags & PROTO_F_STAGED) && c->staged_fd >= 0) {
+        close(c->staged_fd);
+        c->staged_fd = -1;
+    }
+}
+
 /* Segment mapping p of len bytes: with PROTO_FEAT_GENS its blocks are the
  * largest power of two below len and the generation table follows them
  * (PROTOCOL.md, "Kept leases"); a table too small for them is not used. */
@@ -445,7 +461,7 @@ static int recv_msg(gr_client *c, proto_msg *m)
 {
     int rc;
 
-    while ((rc = recv_one(c, m)) == 0 && (c->nahead || c->ndropped) && ahead_claim(c, m))
+    while ((rc = recv_one(c, m)) == 0 && c->nahead && ahead_claim(c, m))
         ;
     return rc;
 }
@@ -481,8 +497,7 @@ static int call(gr_client *c, const void *req, size_t len, uint32_t id, proto_ms
          * header, and this error is the answer to it. */
         if (m->h.req_id == id || (m->h.req_id == 0 && m->h.status < 0))
             return 0;
-        if (proto_msg_readx(m))
-            drop_readx(c, m);           /* stale: its leases go back */
+        drop_stale(c, m);
     }
 }
 
@@ -1027,6 +1042,7 @@ gr_file *gr_open(gr_client *c, const char *path)
         c->proof_fd = -1;
         if (rc < 0 && errno == ENOKEY && !c->need_proof) {
             c->need_proof = 1;
+            ahead_reset(c, 1);                  /* (no look-ahead with proofs) */
             id = take_id(c);
             n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path, len);
             continue;
@@ -1043,7 +1059,8 @@ gr_file *gr_open(gr_client *c, const char *path)
         fail(c, rc);
         goto out;
     }
-    ahead_topup(c);
+    if (c->ahead_on)
+        ahead_topup(c);
     c->errtext[0] = '\0';
 out:
     if (c->staged_fd >= 0) {            /* a reply we did not keep */
@@ -1130,10 +1147,8 @@ static void ahead_give_up(gr_client *c, gr_ahead *a)
         if (a->f->gen == c->gen && c->fd >= 0)
             close_unused(c, a->f->a.handle);
         file_free(a->f);
-    } else if (!a->done && c->ndropped < GR_AHEAD_DROPPED) {
-        c->dropped[c->ndropped++] = a->id;
     }
-    free(a->path);
+    free(a->path);              /* (a reply still out is dropped when it comes) */
 }
 
 /* Drop look-aheads [0, k) and shift the rest down. */
@@ -1152,6 +1167,7 @@ static void ahead_reset(gr_client *c, int queue)
     c->ahead_misses = 0;
     if (!queue)
         return;
+    c->ahead_on = 0;
     for (size_t i = c->aq_head; i < c->aq_len; i++)
         free(c->aq[i]);
     free(c->aq);
@@ -1168,14 +1184,13 @@ static void ahead_conn_gone(gr_client *c)
         free(c->ahead[i].path);
     }
     c->nahead = 0;
-    c->ndropped = 0;
 }
 
 /* Keep the hinted paths of h[0..n) that start at offset 0, for the
  * look-ahead (up to GR_AHEAD_QMAX not yet asked for). */
 static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
 {
-    if (c->ahead_depth == 0)
+    if (c->ahead_depth == 0 || c->need_proof)
         return;
     c->ahead_misses = 0;
     if (c->aq_head > 0 && c->aq_head * 2 >= c->aq_len) {    /* reclaim the front */
@@ -1219,7 +1234,8 @@ static void ahead_topup(gr_client *c)
             free(path);                 /* the next call sees what went wrong */
             return;
         }
-        c->ahead[c->nahead++] = (gr_ahead){ .path = path, .id = id, .want = want };
+        c->ahead[c->nahead++] = (gr_ahead){ .path = path, .id = id, .want = want,
+                                            .sent_ms = gr__now_ms() };
         c->ahead_sent++;
     }
 }
@@ -1240,20 +1256,6 @@ static int ahead_claim(gr_client *c, proto_msg *m)
             drop_readx(c, m);
         return 1;
     }
-    for (uint32_t i = 0; i < c->ndropped; i++) {
-        if (c->dropped[i] != m->h.req_id)
-            continue;
-        c->dropped[i] = c->dropped[--c->ndropped];
-        if (proto_msg_readx(m))
-            drop_readx(c, m);
-        if (ok)
-            close_unused(c, m->u.openx_reply.attr.handle);
-        if (c->staged_fd >= 0) {
-            close(c->staged_fd);
-            c->staged_fd = -1;
-        }
-        return 1;
-    }
     return 0;
 }
 
@@ -1267,31 +1269,37 @@ static gr_file *ahead_take(gr_client *c, const char *path)
 
     for (k = 0; k < c->nahead && strcmp(c->ahead[k].path, path) != 0; k++)
         ;
+    c->ahead_on = 0;
     if (k == c->nahead) {
         if (c->aq_head < c->aq_len && strcmp(c->aq[c->aq_head], path) == 0) {
-            free(c->aq[c->aq_head]);            /* the next hinted: opened now */
+            free(c->aq[c->aq_head]);            /* the next hinted: opened now, */
             c->aq[c->aq_head++] = NULL;
             c->ahead_misses = 0;
+            c->ahead_on = 1;
+            ahead_reset(c, 0);                  /* those before it skipped */
         } else if (++c->ahead_misses > 2 * GR_AHEAD_MAX) {
             ahead_reset(c, 1);                  /* not the order hinted: stop */
         }
         return NULL;
     }
     c->ahead_misses = 0;
+    c->ahead_on = 1;
     for (uint32_t i = 0; i < k; i++)
         ahead_give_up(c, &c->ahead[i]);
     ahead_shift(c, k);
     while (!c->ahead[0].done) {
         if (recv_one(c, &m) < 0)
             break;                              /* the open of its own finds out */
-        if (!ahead_claim(c, &m) && proto_msg_readx(&m))
-            drop_readx(c, &m);                  /* stale: its leases go back */
+        if (!ahead_claim(c, &m))
+            drop_stale(c, &m);
     }
     f = c->ahead[0].done ? c->ahead[0].f : NULL;
-    if (!c->ahead[0].done)
-        ahead_give_up(c, &c->ahead[0]);
-    else
+    if (!c->ahead[0].done || gr__now_ms() - c->ahead[0].sent_ms > GR_AHEAD_AGE_MS) {
+        ahead_give_up(c, &c->ahead[0]);         /* (an old one: the file may have changed) */
+        f = NULL;
+    } else {
         free(c->ahead[0].path);
+    }
     ahead_shift(c, 1);
     if (f && f->gen != c->gen) {
         file_free(f);
@@ -1594,8 +1602,7 @@ retry:
                 rc = m.h.status;        /* a request of ours was unreadable */
                 goto out;
             }
-            if (proto_msg_readx(&m))
-                drop_readx(c, &m);      /* stale */
+            drop_stale(c, &m);
             continue;
         }
         {
@@ -1711,8 +1718,7 @@ retry:
             rc = recv_msg(c, &m);
             if (rc < 0 || m.h.req_id == id || (m.h.req_id == 0 && m.h.status < 0))
                 break;
-            if (proto_msg_readx(&m))
-                drop_readx(c, &m);
+            drop_stale(c, &m);
         }
     }
     if (rc < 0 && reconnect(c, rc, &deadline))
@@ -2261,8 +2267,7 @@ int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, 
                 rc = m.h.status;        /* a request of ours was unreadable */
                 goto out;
             }
-            if (proto_msg_readx(&m))
-                drop_readx(c, &m);      /* stale */
+            drop_stale(c, &m);
             continue;
         }
         {
