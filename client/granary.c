@@ -343,10 +343,20 @@ static void seg_layout(const gr_client *c, gr_seg *s, const uint8_t *p, size_t l
     s->gens = (const uint32_t *)(p + d);
 }
 
-/* The generation-table entry of the block at off in segment seg, or NULL. */
-static const uint32_t *gen_of(const gr_client *c, uint32_t seg, uint64_t off)
+/* Keep the lease of whole chunk k, extent e of a reply, in the lease cache
+ * (NOKEEP: the daemon's tier holds the chunk outside its policy, so at most
+ * one such lease is kept, lcache.h), with its block's generation where the
+ * segment has a table: the entry, or NULL when the cache does not keep it
+ * (the caller then gives the lease back). */
+static gr__lent *lc_keep(gr_client *c, const gr__ckey *k, const proto_extent *e, uint64_t now)
 {
-    return c->segs[seg].gens ? c->segs[seg].gens + off / GR_GEN_PAGE : NULL;
+    const gr_seg *s = &c->segs[e->seg];
+    gr__lent *ent = ((e->flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient :
+                     gr__lc_insert)(&c->lc, k, c->gen, e->lease, s->p + e->off, e->len, now);
+
+    if (ent && s->gens)
+        gr__lc_set_gen(ent, s->gens + e->off / GR_GEN_PAGE);
+    return ent;
 }
 
 /* Map the segments a READX reply names for the first time, from the fds
@@ -454,7 +464,6 @@ static int recv_one(gr_client *c, proto_msg *m)
 
 static int ahead_claim(gr_client *c, proto_msg *m);
 static void ahead_reset(gr_client *c, int queue);
-static void ahead_conn_gone(gr_client *c);
 
 /* recv_one, the replies to look-ahead opens taken aside (ahead_claim). */
 static int recv_msg(gr_client *c, proto_msg *m)
@@ -651,10 +660,10 @@ static void drop_conn(gr_client *c)
     /* Kept leases die with the connection; entries a gr_ref still reads
      * stay with it (its generation's mappings are retired below). */
     gr__lc_clear(&c->lc);
-    ahead_conn_gone(c);
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    ahead_reset(c, 0);          /* (their handles died with the connection) */
     c->nrel = 0;
     if (c->nrefs && (r = calloc(1, sizeof(*r)))) {
         r->segs = c->segs;
@@ -832,8 +841,6 @@ void gr_disconnect(gr_client *c)
     if (c->gpu_hooks)
         c->gpu_hooks->fini(c->gpu_arg);     /* waits for its copies, releases its refs */
     c->gpu_hooks = NULL;
-    ahead_conn_gone(c);
-    ahead_reset(c, 1);
     report_lc(c, 1);
     gr__lc_fini(&c->lc);
     flush_releases(c);
@@ -852,6 +859,8 @@ void gr_disconnect(gr_client *c)
     }
     if (c->fd >= 0)
         close(c->fd);
+    c->fd = -1;
+    ahead_reset(c, 1);                      /* (no CLOSE: the connection is gone) */
     if (c->staged_fd >= 0)
         close(c->staged_fd);
     gr__meta_free(c->meta);
@@ -942,9 +951,7 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
 
     for (i = 0; i < rx->nextents; i++) {
         uint64_t want, from, to;
-        const uint32_t *genp;
         const uint8_t *p;
-        gr__lent *ent;
         gr__ckey k;
         proto_extent_at(m, i, &e);
         want = pos < size ? (size - pos < cs ? size - pos : cs) : 0;
@@ -956,14 +963,8 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         if (dst && to > from)
             copy_out(dst + (from - poff), p + (from - pos), to - from);
         k = chunk_of(f, pos / cs);
-        /* NOKEEP: the daemon's tier holds the chunk outside its policy;
-         * at most one such lease is kept (lcache.h). */
-        ent = ((e.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient :
-               gr__lc_insert)(&c->lc, &k, c->gen, e.lease, p, e.len, now);
-        if (!ent)
+        if (!lc_keep(c, &k, &e, now))
             queue_release(c, e.lease);
-        else if ((genp = gen_of(c, e.seg, e.off)))
-            gr__lc_set_gen(ent, genp);
         pos += e.len;
     }
     if (i < rx->nextents) {
@@ -1144,7 +1145,7 @@ static void file_free(gr_file *f)
 static void ahead_give_up(gr_client *c, gr_ahead *a)
 {
     if (a->done && a->f) {
-        if (a->f->gen == c->gen && c->fd >= 0)
+        if (c->fd >= 0)
             close_unused(c, a->f->a.handle);
         file_free(a->f);
     }
@@ -1173,17 +1174,6 @@ static void ahead_reset(gr_client *c, int queue)
     free(c->aq);
     c->aq = NULL;
     c->aq_head = c->aq_len = c->aq_cap = 0;
-}
-
-/* The connection is gone: so are the handles of its look-aheads. */
-static void ahead_conn_gone(gr_client *c)
-{
-    for (uint32_t i = 0; i < c->nahead; i++) {
-        if (c->ahead[i].f)
-            file_free(c->ahead[i].f);
-        free(c->ahead[i].path);
-    }
-    c->nahead = 0;
 }
 
 /* Keep the hinted paths of h[0..n) that start at offset 0, for the
@@ -1301,10 +1291,6 @@ static gr_file *ahead_take(gr_client *c, const char *path)
         free(c->ahead[0].path);
     }
     ahead_shift(c, 1);
-    if (f && f->gen != c->gen) {
-        file_free(f);
-        f = NULL;
-    }
     c->ahead_used += f != NULL;
     return f;
 }
@@ -1749,10 +1735,7 @@ retry:
             goto fail;
         }
         p = c->segs[e1.seg].p + e1.off;
-        e = ((e1.flags & PROTO_EXTENT_NOKEEP) ? gr__lc_insert_transient : gr__lc_insert)(
-            &c->lc, &k, c->gen, e1.lease, p, e1.len, gr__now_ms());
-        if (e && gen_of(c, e1.seg, e1.off))
-            gr__lc_set_gen(e, gen_of(c, e1.seg, e1.off));
+        e = lc_keep(c, &k, &e1, gr__now_ms());
         if (e) {
             len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
         } else {

@@ -403,10 +403,15 @@ START_TEST(test_sealing)
     int fd, rw, rdonly;
     char path[64], c = 'Z';
     uint8_t *ro, *p;
+    struct stat st;
+    off_t size;
 
     ck_assert_int_eq(arena_alloc(a, 8192, &b), 0);
     memset(b.ptr, 0xA5, 8192);
     fd = pass_fd(arena_segment_fd(a, 0));
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    size = st.st_size;                  /* the blocks and the generation table */
+    ck_assert_int_gt(size, (off_t)seg);
 
     ck_assert_int_eq(fcntl(fd, F_GET_SEALS),
                      F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
@@ -438,10 +443,9 @@ START_TEST(test_sealing)
     ck_assert_int_eq(errno, EPERM);
     ck_assert_int_eq(ftruncate(fd, 0), -1);
     errno = 0;
-    ck_assert_int_eq(fallocate(fd, 0, (off_t)arena_segment_map_size(a), 4096), -1);
+    ck_assert_int_eq(fallocate(fd, 0, size, 4096), -1);
     ck_assert_int_eq(errno, EPERM);
-    ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)arena_segment_map_size(a), 4096),
-                     -1);
+    ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, size, 4096), -1);
     errno = 0;
     ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b.off, 8192), -1);
     ck_assert_int_eq(errno, EPERM);
@@ -494,7 +498,7 @@ START_TEST(test_sealing)
     ck_assert_uint_eq(ro[b.off + 8191], 0xA5);
 
     /* none of the above changed the segment's size or the daemon's view */
-    ck_assert_int_eq(lseek(fd, 0, SEEK_END), (off_t)arena_segment_map_size(a));
+    ck_assert_int_eq(lseek(fd, 0, SEEK_END), size);
     ck_assert_uint_eq(b.ptr[100], 0x5A);
     ck_assert_uint_eq(b.ptr[101], 0xA5);
     b.ptr[8191] = 1;                    /* the daemon's mapping still writes */
@@ -613,13 +617,12 @@ START_TEST(test_generations)
     uint32_t g;
     int fd, fd2;
 
-    ck_assert_uint_eq(arena_segment_map_size(a), MiB + 4096);
     ck_assert_int_eq(arena_alloc_for(a, 64 * 1024, 1001, &b), 0);
     fd = pass_fd(arena_segment_fd(a, b.seg));
     t = client_table(fd, &data, &len);
     ck_assert_uint_eq(data, MiB);
+    ck_assert_uint_eq(len, MiB + 4096);     /* 256 entries: one page */
     g = t[b.off / 4096];
-    ck_assert_uint_eq(g, arena_block_gen(a, b.seg, b.off));
     /* Allocating changes nothing, releasing bumps every page of the block
      * (an extent may start inside it) before anyone can have it again,
      * and no page outside it. */
@@ -629,7 +632,6 @@ START_TEST(test_generations)
     for (uint64_t pg = b.off / 4096; pg < (b.off + b.size) / 4096; pg++)
         ck_assert_uint_eq(t[pg], g + 1);
     ck_assert_uint_eq(t[c.off / 4096], 0);
-    ck_assert_uint_eq(arena_block_gen(a, b.seg, b.off + 32 * 1024), g + 1);
     /* Reused by a block that starts elsewhere and covers it: the pages of
      * the old block go up again when the new one goes. */
     arena_release(a, &c);

@@ -14,25 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "granary.h"
 #include "testutil.h"
 
 #define CHUNK (64 * 1024)
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static tu_daemon d;
 
@@ -334,9 +326,9 @@ START_TEST(test_eviction_races_soft_reads)
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        uint64_t until = now_ms() + 2000;
+        uint64_t until = gr__now_ms() + 2000;
 
-        for (int i = 0; now_ms() < until; i = (i + 1) % 4) {
+        for (int i = 0; gr__now_ms() < until; i = (i + 1) % 4) {
             snprintf(name, sizeof(name), "y%d", i);
             read_through_other(src_path(name), 60 + (uint32_t)i, 64);
         }
@@ -345,8 +337,8 @@ START_TEST(test_eviction_races_soft_reads)
     c = gr_connect(d.sock);
     f = gr_open(c, src_path("x"));
     ck_assert_ptr_nonnull(f);
-    deadline = now_ms() + 2000;
-    while (now_ms() < deadline) {
+    deadline = gr__now_ms() + 2000;
+    while (gr__now_ms() < deadline) {
         uint64_t off = (uint64_t)rand_r(&seed) % (16 * CHUNK - 4096);
 
         read_check(f, 51, off, 4096);

@@ -600,19 +600,6 @@ int64_t arena_segment_owner(const arena *a, uint32_t seg)
     return seg < a->nsegs ? a->segs[seg].owner : ARENA_NO_OWNER;
 }
 
-uint32_t arena_block_gen(const arena *a, uint32_t seg, uint64_t off)
-{
-    if (seg >= a->nsegs || off >= a->seg_size)
-        return 0;
-    return __atomic_load_n((const uint32_t *)(a->segs[seg].base + a->seg_size) +
-                           (off >> ARENA_PAGE_SHIFT), __ATOMIC_RELAXED);
-}
-
-uint64_t arena_segment_map_size(const arena *a)
-{
-    return a->map_size;
-}
-
 uint32_t arena_segment_gen(const arena *a, uint32_t seg)
 {
     return seg < a->nsegs ? a->segs[seg].gen : 0;

@@ -120,13 +120,6 @@ int64_t arena_segment_owner(const arena *a, uint32_t seg);
 /* Segment seg's generation: 1 at creation, +1 per renewal. */
 uint32_t arena_segment_gen(const arena *a, uint32_t seg);
 
-/* The generation of the page at off in segment seg (its table entry), 0
- * for a bad seg or off. */
-uint32_t arena_block_gen(const arena *a, uint32_t seg, uint64_t off);
-
-/* Bytes of a segment's memfd: segment_size and its generation table. */
-uint64_t arena_segment_map_size(const arena *a);
-
 /* Return a block from arena_alloc.  Buddies merge; the generation of each
  * of the block's pages goes up by one. */
 void arena_release(arena *a, const arena_block *b);
