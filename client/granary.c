@@ -1043,7 +1043,7 @@ gr_file *gr_open(gr_client *c, const char *path)
         c->proof_fd = -1;
         if (rc < 0 && errno == ENOKEY && !c->need_proof) {
             c->need_proof = 1;
-            ahead_reset(c, 1);                  /* (no look-ahead with proofs) */
+            ahead_reset(c, 0);                  /* (those out went without one) */
             id = take_id(c);
             n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path, len);
             continue;
@@ -1135,9 +1135,11 @@ static void file_free(gr_file *f)
  * The caller may open other files in between, or skip some: a look-ahead
  * passed over is given up (its handle closed once its reply is in); after
  * 2 x GR_AHEAD_MAX opens in a row that it did not foresee it stops until the
- * next gr_hint_append.  Only where no access proof is needed (root, or
- * [daemon] access_check none or judge): a proof is the caller's own open(2)
- * of the file, which would move onto this thread.  Lock held throughout.
+ * next gr_hint_append.  Where the daemon wants access proofs, each
+ * look-ahead carries one: the caller's own open(2) of that file, made when
+ * its OPENX goes out (the open the caller's gr_open would make anyway, done
+ * one or two files early); a path this process cannot open is not sent,
+ * and the caller's own open of it says why.  Lock held throughout.
  */
 
 /* Give up look-ahead a (the slot is the caller's to drop): a file that
@@ -1180,7 +1182,7 @@ static void ahead_reset(gr_client *c, int queue)
  * look-ahead (up to GR_AHEAD_QMAX not yet asked for). */
 static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
 {
-    if (c->ahead_depth == 0 || c->need_proof)
+    if (c->ahead_depth == 0)
         return;
     c->ahead_misses = 0;
     if (c->aq_head > 0 && c->aq_head * 2 >= c->aq_len) {    /* reclaim the front */
@@ -1212,15 +1214,29 @@ static void ahead_topup(gr_client *c)
     uint8_t req[PROTO_HDR_LEN + PROTO_OPENX_PREFIX + PROTO_MAX_PATH];
     uint32_t want = lc_on(c) ? c->chunk_size : 0;
 
-    if (c->need_proof || c->fd < 0)
+    if (c->fd < 0)
         return;
     while (c->nahead < c->ahead_depth && c->aq_head < c->aq_len) {
         char *path = c->aq[c->aq_head];
         uint32_t id = take_id(c);
         ssize_t n = proto_enc_openx(req, sizeof(req), id, 0, want, PROTO_OPENX_IFCHEAP, path,
                                     strlen(path));
+        int proof = c->need_proof ? open_proof(path) : -1;
+        struct iovec iov = { req, n > 0 ? (size_t)n : 0 };
+        ssize_t sent;
+
         c->aq[c->aq_head++] = NULL;
-        if (n < 0 || send(c->fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        if (c->need_proof && proof < 0) {
+            /* Not ours to open: a slot with no file, so the caller's own
+             * open of it (which fails the same way) keeps the order. */
+            c->ahead[c->nahead++] = (gr_ahead){ .path = path, .done = 1,
+                                                .sent_ms = gr__now_ms() };
+            continue;
+        }
+        sent = n < 0 ? -EINVAL : gr__send_fds(c->fd, &iov, 1, &proof, proof >= 0, 0);
+        if (proof >= 0)
+            close(proof);                       /* (the daemon has its own copy) */
+        if (sent != n) {
             free(path);                 /* the next call sees what went wrong */
             return;
         }

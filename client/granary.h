@@ -103,9 +103,10 @@ void gr_disconnect(gr_client *c);
  * Look-ahead: a client that hinted files (gr_hint_append, ranges from
  * offset 0) and opens them in that order has the next ones opened ahead,
  * $GRANARY_LOOKAHEAD of them (default 2, 0 turns it off, at most 8), their
- * replies waiting on the socket when it opens them; where no access proof
- * is needed (root, [daemon] access_check none or judge).  A file opened
- * ahead has the identity it had then.
+ * replies waiting on the socket when it opens them.  Where the daemon wants
+ * access proofs, each look-ahead carries the process's own open(2) of its
+ * file, made when it is sent.  A file opened ahead has the identity it had
+ * then.
  */
 gr_file *gr_open(gr_client *c, const char *path);
 

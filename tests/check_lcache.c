@@ -625,6 +625,85 @@ START_TEST(test_lookahead_across_a_restart)
 }
 END_TEST
 
+/* In a child as uid 65534 (the daemon's default access_check = fd wants
+ * proofs from it): hint ln0..ln19 and read them in order, ln7 being a file
+ * it may not open.  Each look-ahead carries the child's own open of its
+ * file; ln7's cannot be made, so it is not sent, and the child's open of
+ * it fails as a plain open would (EACCES).  0, or where it went wrong. */
+static int proof_pass(void)
+{
+    gr_client *c;
+    gr_hint h[20];
+    static char names[20][1024];
+    char *buf = malloc(10000);
+
+    if (!buf || setgid(65534) < 0 || setuid(65534) < 0)
+        return 3;
+    if (!(c = gr_connect(d.sock)))
+        return 4;
+    for (int i = 0; i < 20; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s/ln%d", d.src, i);
+        h[i] = (gr_hint){ names[i], 0, 0 };
+    }
+    if (gr_hint_append(c, h, 20) != 0)
+        return 5;
+    for (int i = 0; i < 20; i++) {
+        gr_file *f = gr_open(c, names[i]);
+        if (i == 7) {
+            if (f || errno != EACCES)
+                return 6;
+            continue;
+        }
+        if (!f) {
+            fprintf(stderr, "open ln%d: %s\n", i, gr_strerror_last(c));
+            return 7;
+        }
+        if (gr_pread(f, buf, 10000, 0) != 10000 || !tu_check_pattern(buf, 100 + (uint32_t)i, 0, 10000))
+            return 8;
+        gr_close(f);
+    }
+    if (handles_seen_by(c) != 0)
+        return 9;
+    gr_disconnect(c);
+    free(buf);
+    return 0;
+}
+
+/* A client that must prove its access (not root, access_check = fd) still
+ * gets its look-aheads, each with its proof: every file but the first is
+ * taken from a look-ahead, the daemon refused no proof and saw no bad
+ * request, and the one file the client may not read is refused as
+ * without look-ahead. */
+START_TEST(test_lookahead_with_proofs)
+{
+    int st;
+    pid_t pid;
+
+    start("[daemon]\nsocket_mode = 0666\n");
+    chmod(d.dir, 0755);
+    for (int i = 0; i < 20; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ln%d", i);
+        tu_write_pattern(src_path(name), 100 + (uint32_t)i, 10000);
+        chmod(src_path(name), i == 7 ? 0600 : 0644);
+    }
+    boot();
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(proof_pass());
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %d",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_opens"), 18);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_used"), 18);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    /* Two ENOKEYs: the first open's (sent without a proof, as every
+     * client's first is) and ln7's (no proof could be made). */
+    ck_assert_uint_eq(tu_stat(&d, "request_errors"), 2);
+}
+END_TEST
+
 /* client_lease_cache = 0 turns kept leases off: every read is a request. */
 START_TEST(test_lease_cache_off)
 {
@@ -669,6 +748,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_lookahead_out_of_order);
     tcase_add_test(tc, test_lookahead_skips);
     tcase_add_test(tc, test_lookahead_across_a_restart);
+    tcase_add_test(tc, test_lookahead_with_proofs);
     suite_add_tcase(s, tc);
     return s;
 }
