@@ -2034,6 +2034,42 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
     return ret;
 }
 
+int gr_open_ahead(gr_client *c, const char *const *paths, size_t n)
+{
+    gr_hint *h = calloc(n ? n : 1, sizeof(*h));
+    char **abs = NULL;
+    int rc;
+
+    if (!h) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++)
+        h[k] = (gr_hint){ paths[k], 0, 0 };
+    rc = hint_abs(h, n, &abs);          /* relative: from the working directory */
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        size_t pl = paths[k] ? strlen(abs && abs[k] ? abs[k] : paths[k]) : 0;
+        if (pl == 0 || pl > PROTO_MAX_PATH)
+            rc = pl == 0 ? -EINVAL : -ENAMETOOLONG;
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&c->lock);
+        ahead_reset(c, 1);
+        ahead_queue(c, h, abs, n);
+        c->ahead_on = c->aq_head < c->aq_len;   /* the caller's word: start now */
+        if (c->ahead_on)
+            ahead_topup(c);
+        pthread_mutex_unlock(&c->lock);
+    }
+    free_abs(abs, n);
+    free(h);
+    if (rc < 0) {
+        errno = -rc;
+        return -1;
+    }
+    return 0;
+}
+
 int gr_hint_clear(gr_client *c)
 {
     uint8_t buf[PROTO_HDR_LEN + PROTO_HINT_PREFIX];

@@ -170,6 +170,20 @@ typedef struct gr_hint {
 } gr_hint;
 int gr_hint_append(gr_client *c, const gr_hint *h, size_t n);
 
+/*
+ * The caller will open paths[0..n) next, in this order: open them ahead,
+ * as the look-ahead above does for hinted files (the first ones at once),
+ * without hinting the daemon (no prefetch, no hint list).  For a reader
+ * that knows its next few files but not the job's order: a DataLoader
+ * worker's batch, say.  It replaces the look-ahead's list, hinted files
+ * included; files opened out of that order, or never, are served and
+ * closed as there; 0 files, or $GRANARY_LOOKAHEAD=0, only clears it.  At
+ * most 262144 paths are kept.  0, or -1 with errno (EINVAL: an empty or
+ * NULL path; ENAMETOOLONG; ENOMEM); nothing is sent that could fail
+ * here: a failed look-ahead is the later gr_open's own open.
+ */
+int gr_open_ahead(gr_client *c, const char *const *paths, size_t n);
+
 /* Drop this connection's hint list (before a new epoch's order, say).
  * 0, or -1 with errno. */
 int gr_hint_clear(gr_client *c);

@@ -625,6 +625,62 @@ START_TEST(test_lookahead_across_a_restart)
 }
 END_TEST
 
+/* gr_open_ahead: a reader that names its next files without hinting the
+ * daemon (a DataLoader worker's batch) has them opened ahead, the first at
+ * once; a later list replaces the one before (its look-aheads closed), a
+ * file skipped is closed, bad paths are refused, and the daemon was given
+ * no hints. */
+START_TEST(test_open_ahead)
+{
+    char p[12][1024];
+    const char *first[6], *second[6], *third[2];
+    gr_client *c;
+
+    start(NULL);
+    for (int i = 0; i < 12; i++) {
+        snprintf(p[i], sizeof(p[i]), "%s/ln%d", d.src, i);
+        tu_write_pattern(p[i], 100 + (uint32_t)i, 10000);
+        if (i < 6)
+            first[i] = p[i];
+        else
+            second[i - 6] = p[i];
+    }
+    third[0] = p[0];
+    third[1] = p[1];
+    boot();
+    /* Warm, so that replies come in the order asked (a cold file's would
+     * come after a later warm one's, and its handle be closed later). */
+    c = gr_connect(d.sock);
+    for (int i = 0; i < 12; i++)
+        sample_ln(c, i);
+    gr_disconnect(c);
+    c = gr_connect(d.sock);
+    ck_assert_int_eq(gr_open_ahead(c, first, 6), 0);
+    for (int i = 0; i < 6; i++)
+        sample_ln(c, i);
+    ck_assert_int_eq(gr_open_ahead(c, second, 6), 0);
+    sample_ln(c, 6);
+    sample_ln(c, 8);                            /* ln7 skipped */
+    ck_assert_int_eq(gr_open_ahead(c, third, 2), 0);   /* ln9, ln10 out: given up */
+    sample_ln(c, 0);
+    sample_ln(c, 1);
+    ck_assert_uint_eq(handles_seen_by(c), 0);
+    ck_assert_int_eq(gr_open_ahead(c, NULL, 0), 0);
+    third[1] = "";
+    errno = 0;
+    ck_assert_int_eq(gr_open_ahead(c, third, 2), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    sample_ln(c, 11);                           /* a plain open after all that */
+    gr_disconnect(c);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_used"), 10);
+    ck_assert_uint_eq(tu_stat(&d, "lookahead_opens"), 13);
+    ck_assert_uint_eq(tu_stat(&d, "opens"), 12 + 14);
+    ck_assert_uint_eq(tu_stat(&d, "hint_entries_added"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "handles_open"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "request_errors"), 0);
+}
+END_TEST
+
 /* In a child as uid 65534 (the daemon's default access_check = fd wants
  * proofs from it): hint ln0..ln19 and read them in order, ln7 being a file
  * it may not open.  Each look-ahead carries the child's own open of its
@@ -749,6 +805,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_lookahead_skips);
     tcase_add_test(tc, test_lookahead_across_a_restart);
     tcase_add_test(tc, test_lookahead_with_proofs);
+    tcase_add_test(tc, test_open_ahead);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -314,6 +314,26 @@ class Client:
         if _lib.gr_hint_append(c, arr, n) != 0:
             raise _error(c)
 
+    def open_ahead(self, paths):
+        """Say which files this process opens next, in this order
+        (``gr_open_ahead``): libgranary opens them ahead of the calls, so
+        each :meth:`open` of them finds its reply, with the file's first
+        chunk, waiting instead of a round trip.  Nothing goes to the
+        daemon's hint list (no prefetch: :meth:`hint` is for that).  It
+        replaces the previous list; files opened out of order or never are
+        served and closed as usual.  For a DataLoader worker's batch
+        (:class:`granary.torch.GranaryDataset` calls it).  Raises OSError:
+        ENOSYS with a libgranary older than it, EINVAL for an empty path.
+        """
+        fn = getattr(_lib, "gr_open_ahead", None)
+        if fn is None or fn.argtypes is None:
+            raise OSError(_errno.ENOSYS, "libgranary has no gr_open_ahead (%s)" % library_path)
+        bs = [_fspath_bytes(p) for p in paths]
+        arr = (ctypes.c_char_p * max(len(bs), 1))(*bs)
+        c = self._handle()
+        if fn(c, arr, len(bs)) != 0:
+            raise _error(c)
+
     def hint_clear(self):
         """Drop this connection's hint list (``gr_hint_clear``): the chunks
         it held become ordinary cache entries.  Before a new epoch's order,

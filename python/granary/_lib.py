@@ -83,6 +83,7 @@ def _bind(lib):
         "gr_strerror_last": (cp, [vp]),
         "gr_hint_append": (ctypes.c_int, [vp, ctypes.POINTER(Hint), sz]),
         "gr_hint_clear": (ctypes.c_int, [vp]),
+        "gr_open_ahead": (ctypes.c_int, [vp, ctypes.POINTER(cp), sz]),
         # the GPU path
         "gr_read_to_device_batch": (ctypes.c_int, [vp, ctypes.POINTER(DevRange), sz, vp,
                                                    ctypes.POINTER(vp)]),
@@ -94,7 +95,7 @@ def _bind(lib):
     }
     # Newer than the rest: an older installed library lacks them, and then
     # only the calls that need them fail (ENOSYS), not the import.
-    optional = ("gr_hint_append", "gr_hint_clear", "gr_read_to_device_batch", "gr_dev_wait",
+    optional = ("gr_hint_append", "gr_hint_clear", "gr_open_ahead", "gr_read_to_device_batch", "gr_dev_wait",
                 "gr_dev_poll", "gr_gpu_set", "gr_gpu_get_stats", "gr_gpu_info")
     for name, (res, args) in sig.items():
         if name in optional and not hasattr(lib, name):

@@ -278,6 +278,45 @@ class Sampler(unittest.TestCase):
             list(strict)
 
 
+class OpenAhead(unittest.TestCase):
+    """Client.open_ahead and GranaryDataset.__getitems__ (what a DataLoader
+    worker calls per batch): the files are opened ahead, every byte is
+    the file's, nothing is left open, no hint reaches the daemon."""
+
+    def test_batch_opened_ahead(self):
+        files = make_files("ahead", 12, seed=5, base=9000)
+        want = [read_plain(p) for p in files]
+        probe = granary.Client(SOCKET)
+        ds = GranaryDataset(files, socket=SOCKET)
+        try:
+            ds.__getitems__(list(range(12)))          # warm: replies then come in order
+            ds.close()
+            before = probe.stats()
+            order = [7, 2, 9, 0, 11, 4]
+            self.assertEqual(ds.__getitems__(order), [want[i] for i in order])
+            c = ds._get_client()
+            c.open_ahead([files[1], files[3], files[5]])
+            with c.open(files[3], buffering=0) as f:  # files[1] skipped
+                self.assertEqual(f.readall(), want[3])
+            self.assertEqual(ds.__getitems__([5]), [want[5]])  # one: not ahead
+            with self.assertRaises(OSError) as cm:
+                c.open_ahead([files[0], ""])
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+            ds.close()
+            after = probe.stats()
+            d = {k: after[k] - before[k] for k in ("lookahead_used", "lookahead_opens",
+                                                    "hint_entries_added", "opens")}
+            # The batch's 6, files[3] and files[5] (opened ahead after
+            # files[3]) from look-aheads; files[1]'s passed over and closed.
+            self.assertEqual(d["lookahead_used"], 8, d)
+            self.assertEqual(d["lookahead_opens"], 9, d)
+            self.assertEqual(d["hint_entries_added"], 0, d)
+            self.assertEqual(after["handles_open"], 0)
+        finally:
+            ds.close()
+            probe.close()
+
+
 class IndexedDataset(GranaryDataset):
     """Samples as (index, bytes), so that the test sees which index came."""
 
