@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "prefetch.h"
+#include "dirahead.h"
 #include "reload.h"
 #include "server.h"
 #include "source.h"
@@ -156,6 +157,7 @@ int main(int argc, char **argv)
     unsigned nchain = 0;
     fetcher *fx = NULL;
     prefetcher *pf = NULL;
+    dirahead *dra = NULL;
     judge *jg = NULL;
     proofs *pr = NULL;
     warmup *wu = NULL;
@@ -292,6 +294,9 @@ int main(int argc, char **argv)
         prefetch_limits lim;
         reload_prefetch_limits(&cfg, &lim);
         prefetcher_configure(pf, &lim);
+        if (dirahead_new(pf, src, jg, w, &stats, (unsigned)cfg.dir_readahead, lim.trust_all,
+                         &dra) < 0)
+            goto fail;
     }
     {
         char dir[PATH_MAX + 16];
@@ -360,7 +365,7 @@ int main(int argc, char **argv)
     {
         server_deps deps = {
             .base = base, .cfg = &cfg, .src = src, .fx = fx, .sc = sc, .w = w, .pr = pr,
-            .dram = d, .nvme = nvme, .pf = pf, .wu = wu, .stats = &stats, .jg = jg, .ds = dsets,
+            .dram = d, .nvme = nvme, .pf = pf, .dra = dra, .wu = wu, .stats = &stats, .jg = jg, .ds = dsets,
             .ck = ck, .peers = prs,
         };
         if (server_start(&deps, &srv, err, sizeof(err)) < 0) {
@@ -426,6 +431,7 @@ fail:
     workers_stop(&pw);
     ckpt_free(&ck);
     server_free(&srv);
+    dirahead_free(&dra);
     peers_free(&prs);
     warmup_free(&wu);
     datasets_free(&dsets);

@@ -45,6 +45,7 @@ typedef struct gr_config {
     /* [prefetch] */
     uint64_t readahead_max;    /* largest read-ahead window of a sequential reader; 0 = off */
     uint64_t hint_window;      /* bytes fetched ahead of a hint list's consumption */
+    int dir_readahead;         /* files hinted ahead of a reader of a directory in name order */
     int hint_max_entries;      /* chunks one user's hint lists may name */
     uint64_t hint_memory;      /* bytes of hint ranges one user may hold */
     uint64_t hint_memory_total; /* bytes of hint ranges all users may hold */

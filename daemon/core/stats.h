@@ -57,6 +57,9 @@
     X(counter, hint_errors,          "hinted ranges skipped: unresolvable, refused by the access judgement, or past EOF") \
     X(counter, dram_rehomed,         "quarantined chunks a proven reader claimed (copied into its own memory)") \
     X(counter, hint_skipped,         "hinted chunks dropped because the job read past them") \
+    X(counter, dir_readahead_listings, "directories listed for read-ahead across their files") \
+    X(counter, dir_readahead_streams, "connections found opening a directory's files in name order (read ahead across files)") \
+    X(counter, dir_readahead_files,  "files hinted ahead of such connections (counted again in the hint counters)") \
     X(counter, stall_microseconds,   "microseconds clients waited on reads that missed DRAM") \
     X(counter, stalled_reads,        "reads that waited on a miss") \
     X(counter, warmup_files,         "files warmup has finished") \

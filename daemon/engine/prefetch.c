@@ -37,6 +37,7 @@
 #define RA_MIN_CAP       (256u << 10)    /* the adaptive cap never drops below */
 #define RA_ADAPT_EVERY   64              /* read-ahead chunks between adaptations */
 #define SKIP_MIN_SLACK   64              /* entries a job may read out of order */
+#define OWN_MIN_SLACK    2               /* the same for the daemon's own lists, in open order */
 #define COMPACT_MIN      4096            /* done entries before compacting */
 #define RESOLVE_BATCH    64              /* ranges one resolution job takes */
 #define RESOLVE_AHEAD    128             /* ranges looked at for resolving, from the head */
@@ -82,6 +83,7 @@ typedef struct uacct {
     uint64_t chunks;            /* named by its lists, not yet done */
     uint64_t bytes;             /* of its ranges */
     unsigned lists;
+    unsigned own_lists;         /* of those, the daemon's own (hint_list_new_own) */
 } uacct;
 
 struct hint_list {
@@ -93,6 +95,7 @@ struct hint_list {
     int resolving;              /* a batch is in flight */
     int pumping, repump;        /* in pump(); pump asked for again meanwhile */
     int full;                   /* a range failed the chunk limit: E2BIG until it drains */
+    int own;                    /* the daemon's own list (dirahead.h), not a client's */
     uint64_t gen;               /* bumped by CLEAR */
     /* Entries. */
     hint_ent *ents;
@@ -830,7 +833,9 @@ static void consume_hook(void *arg, const uint8_t key[CHUNK_KEY_LEN])
         /* Readers reorder a little (DataLoader workers): entries up to half
          * the started span behind this one may still come. */
         slack = (l->ahead - l->cursor) / 2;
-        if (slack < SKIP_MIN_SLACK)
+        if (l->own)
+            slack = OWN_MIN_SLACK;
+        else if (slack < SKIP_MIN_SLACK)
             slack = SKIP_MIN_SLACK;
         while (l->cursor + slack < pos) {
             if (ent(l, l->cursor)->state != HE_DONE) {
@@ -880,6 +885,25 @@ static void list_clear(hint_list *l)
     l->full = 0;
 }
 
+hint_list *hint_list_new_own(prefetcher *p, const access_cred *cred)
+{
+    hint_list *l = hint_list_new(p, cred);
+
+    if (l) {
+        l->own = 1;
+        l->acct->own_lists++;
+    }
+    return l;
+}
+
+int prefetch_user_hints(prefetcher *p, uid_t uid)
+{
+    gr__hnode *n = gr__htab_find(&p->accts, XXH3_64bits(&uid, sizeof(uid)), acct_eq, &uid);
+    const uacct *a = n ? gr__container_of(n, uacct, hn) : NULL;
+
+    return a && a->lists > a->own_lists;
+}
+
 void hint_list_free(hint_list **lp)
 {
     hint_list *l = *lp;
@@ -891,6 +915,7 @@ void hint_list_free(hint_list **lp)
     list_clear(l);
     l->dead = 1;
     l->acct->lists--;
+    l->acct->own_lists -= l->own;
     acct_put(p, l->acct);
     l->acct = NULL;
     /* Batches being resolved and fetches in flight hold references: their
@@ -907,6 +932,70 @@ void hint_list_status(const hint_list *l, hint_status *st)
     st->errors = l->errors;
     st->skipped = l->skipped;
     st->last_error = l->last_error;
+}
+
+/* Room for more ranges in l->rg: 0 or -ENOMEM. */
+static int ranges_reserve(hint_list *l, uint64_t more)
+{
+    uint64_t cap = l->rcap ? l->rcap : 64;
+    hint_range *rg;
+
+    if (l->rn + more <= l->rcap)
+        return 0;
+    while (cap < l->rn + more)
+        cap *= 2;
+    rg = realloc(l->rg, (size_t)cap * sizeof(*rg));
+    if (!rg)
+        return -ENOMEM;
+    l->rg = rg;
+    l->rcap = cap;
+    return 0;
+}
+
+/* Append the range [off, off + len) of norm (taken) beneath root; room
+ * was reserved. */
+static void range_push(hint_list *l, char *norm, int root, uint64_t off, uint64_t len)
+{
+    hint_range *r = &l->rg[l->rn];
+
+    memset(r, 0, sizeof(*r));
+    r->norm = norm;
+    r->root = root;
+    r->off = off;
+    r->len = len;
+    r->bytes = (uint32_t)RANGE_BYTES(strlen(norm));
+    r->chunks = 1;          /* until resolved */
+    r->state = RG_NEW;
+    charge_bytes(l, r->bytes);
+    charge_chunks(l, 1);
+    l->rchunks++;
+    l->rn++;
+    l->ranges++;
+    l->accepted++;
+}
+
+int hint_list_add(hint_list *l, char *norm, int root, uint64_t off, uint64_t len)
+{
+    prefetcher *p = l->p;
+    uint64_t bytes = RANGE_BYTES(strlen(norm));
+
+    if (l->acct->chunks + 1 > p->lim.hint_max_entries || l->acct->bytes + bytes > p->lim.hint_memory ||
+        p->bytes_total + bytes > p->lim.hint_memory_total) {
+        free(norm);
+        return -E2BIG;
+    }
+    if (ranges_reserve(l, 1) < 0) {
+        free(norm);
+        return -ENOMEM;
+    }
+    range_push(l, norm, root, off, len);
+    pump(l);
+    return 0;
+}
+
+void hint_list_clear(hint_list *l)
+{
+    list_clear(l);
 }
 
 int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st)
@@ -935,22 +1024,12 @@ int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st)
         return -E2BIG;
     }
     l->full = 0;
-    if (m->u.hint.count && l->rn + m->u.hint.count > l->rcap) {
-        uint64_t cap = l->rcap ? l->rcap : 64;
-        hint_range *rg;
-        while (cap < l->rn + m->u.hint.count)
-            cap *= 2;
-        rg = realloc(l->rg, (size_t)cap * sizeof(*rg));
-        if (!rg) {
-            hint_list_status(l, st);
-            return -ENOMEM;
-        }
-        l->rg = rg;
-        l->rcap = cap;
+    if (ranges_reserve(l, m->u.hint.count) < 0) {
+        hint_list_status(l, st);
+        return -ENOMEM;
     }
     off = 0;
     while (proto_hint_next(m, &off, &he) == 1) {
-        hint_range *r = &l->rg[l->rn];
         char err[256];
         char *norm;
         int root;
@@ -959,20 +1038,7 @@ int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st)
             note_error(l, NULL, err);
             continue;
         }
-        memset(r, 0, sizeof(*r));
-        r->norm = norm;
-        r->root = root;
-        r->off = he.off;
-        r->len = he.len;
-        r->bytes = (uint32_t)RANGE_BYTES(strlen(norm));
-        r->chunks = 1;          /* until resolved */
-        r->state = RG_NEW;
-        charge_bytes(l, r->bytes);
-        charge_chunks(l, 1);
-        l->rchunks++;
-        l->rn++;
-        l->ranges++;
-        l->accepted++;
+        range_push(l, norm, root, he.off, he.len);
     }
     pump(l);
     hint_list_status(l, st);

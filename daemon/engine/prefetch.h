@@ -126,6 +126,30 @@ void hint_list_free(hint_list **l);
  */
 int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st);
 
+/*
+ * The daemon's own list (dirahead.h) for a user: a list like a client's
+ * (its limits, judging, holds), whose entries a read passes over are
+ * dropped at once (a client's may come up to 64 entries out of order).
+ */
+hint_list *hint_list_new_own(prefetcher *p, const access_cred *cred);
+
+/* Whether the user has a client's hint list (a HINT was sent on one of its
+ * live connections): its job says what it reads, so the daemon's guesses
+ * stand down. */
+int prefetch_user_hints(prefetcher *p, uid_t uid);
+
+/*
+ * Append [off, off + len) of norm (normalised, beneath root; taken, freed
+ * on failure; len 0: to the end), as a HINT range would be: judged and
+ * resolved later, fetched within the window, its chunks held until read.
+ * For the daemon's own lists.  0, -E2BIG (the user's or all users'
+ * limits, as for a HINT), or -ENOMEM.
+ */
+int hint_list_add(hint_list *l, char *norm, int root, uint64_t off, uint64_t len);
+
+/* Empty the list as a HINT with PROTO_HINT_CLEAR would: holds released. */
+void hint_list_clear(hint_list *l);
+
 /* The list's status now (the strings live until the next call on l). */
 void hint_list_status(const hint_list *l, hint_status *st);
 

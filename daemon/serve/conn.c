@@ -450,6 +450,7 @@ void conn_close(conn *c)
             s->d.stats->handles_open--;
         }
     hint_list_free(&c->hints);
+    dira_stream_free(&c->dira);
     for (uint32_t l = 1; l <= c->nleases; l++)
         conn_release_lease(c, l);     /* a client that goes away releases everything */
     gr__list_remove(&c->link);

@@ -172,6 +172,12 @@ static void open_reply(conn *c, uint32_t req_id, int proof, int judged, srcfile 
     if ((proof >= 0 || judged) && c->cred.uid != 0)
         proofs_add(c->srv->d.pr, c->cred.uid, f->id);
     reply_attr(c, req_id, f, x);
+    if (!c->dira && !c->dead) {
+        access_cred cred;
+        meta_cred(c, &cred);
+        c->dira = dira_stream_new(c->srv->d.dra, &cred);
+    }
+    dira_opened(c->dira, f->path, f->root);
 }
 
 static void open_run(wq_job *j)

@@ -41,9 +41,8 @@ void op_hint(conn *c, const proto_msg *m, int *fds, int nfds)
     (void)nfds;
     analysis_hinted(c->srv->an, c->job);
     if (!c->hints) {
-        access_cred cred = { .uid = c->cred.uid, .gid = c->cred.gid, .ngroups = c->cred.ngroups };
-        if (cred.ngroups > 0)
-            memcpy(cred.groups, c->cred.groups, (size_t)cred.ngroups * sizeof(gid_t));
+        access_cred cred;
+        meta_cred(c, &cred);
         c->hints = hint_list_new(c->srv->d.pf, &cred);
         if (!c->hints) {
             reply_error(c, PROTO_OP_HINT, m->h.req_id, -ENOMEM, NULL);

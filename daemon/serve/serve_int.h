@@ -84,6 +84,7 @@ struct conn {
     ra_state *ra;               /* its read-ahead state is ra[h - 1] */
     uint32_t nhandles;          /* slots allocated */
     hint_list *hints;           /* made at the first HINT */
+    dira_stream *dira;          /* its opens in directory order (made at the first open) */
     unsigned inflight;
     uint64_t inflight_bytes;    /* chunk bytes of the READs and READXs in flight */
     chunk **leases;             /* lease L is leases[L - 1]; NULL when free */

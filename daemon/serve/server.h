@@ -27,6 +27,7 @@
 #include "prefetch.h"
 #include "warmup.h"
 #include "datasets.h"
+#include "dirahead.h"
 #include "judge.h"
 #include "workers.h"
 #include "ckpt.h"
@@ -44,6 +45,7 @@ typedef struct server_deps {
     dram *dram;
     nvme_tier *nvme;                /* NULL without an NVMe tier */
     prefetcher *pf;
+    dirahead *dra;              /* read-ahead across a directory's files */
     proofs *pr;                 /* OPEN's access proofs, for hints */
     warmup *wu;
     judge *jg;                  /* access_check = judge: OPEN, STAT and READDIR judged here */

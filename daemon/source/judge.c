@@ -190,10 +190,12 @@ static int dir_obj(judge *j, const char *path, access_obj *o, char *err, size_t 
     return 0;
 }
 
-int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat *st, char *err,
-               size_t errlen)
+/* Search permission on "/" and on every directory below it on the way to
+ * the last component of norm (len bytes, absolute): the prefixes that end
+ * before each '/'.  0 or -errno with err. */
+static int judge_search(judge *j, const char *norm, size_t len, const access_cred *cred,
+                        char *err, size_t errlen)
 {
-    size_t len = strlen(norm);
     char *path;
     access_obj o;
     int rc = 0;
@@ -205,8 +207,6 @@ int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat 
     path = malloc(len + 2);
     if (!path)
         return -ENOMEM;
-    /* Search permission on "/" and on every directory below it on the
-     * way: the prefixes of norm that end before each '/'. */
     for (size_t p = 0; rc == 0 && p < len; p++) {
         if (norm[p] != '/')
             continue;
@@ -224,6 +224,31 @@ int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat 
         }
     }
     free(path);
+    return rc;
+}
+
+int judge_list(judge *j, const char *norm, const access_cred *cred, char *err, size_t errlen)
+{
+    size_t len = strlen(norm);
+    access_obj o;
+    int rc = judge_search(j, norm, len, cred, err, errlen);
+
+    if (rc < 0)
+        return rc;
+    rc = dir_obj(j, norm, &o, err, errlen);
+    if (rc == 0 && !access_may(cred, &o, R_OK | X_OK)) {
+        snprintf(err, errlen, "%.200s: read permission denied", norm);
+        rc = -EACCES;
+    }
+    return rc;
+}
+
+int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat *st, char *err,
+               size_t errlen)
+{
+    access_obj o;
+    int rc = judge_search(j, norm, strlen(norm), cred, err, errlen);
+
     if (rc < 0)
         return rc;
     /* The file itself: never cached (its attributes are the srcfile's). */

@@ -46,6 +46,14 @@ void judge_set_ttl(judge *j, double ttl);
 int judge_read(judge *j, const char *norm, const access_cred *cred, struct stat *st, char *err,
                size_t errlen);
 
+/*
+ * Whether cred may list the directory at norm (absolute, normalised):
+ * search on every directory of the path and read and search on norm
+ * itself, as the kernel would judge its opendir(3).  0, -EACCES (err
+ * says why), -ENOENT / -ENOTDIR and friends.  Any thread.
+ */
+int judge_list(judge *j, const char *norm, const access_cred *cred, char *err, size_t errlen);
+
 /* Any thread: the system.posix_acl_access value of path (not following a
  * final symlink) into blob: its length, 0 for none (or a file system
  * without ACLs), -EACCES for one that cannot be judged (unreadable, more
