@@ -63,6 +63,16 @@ run_both cat 5000014 cat "$dir/src/big.bin" "$dir/src/small.txt" "$dir/src/empty
 run_both "cmp same" 5000000 cmp "$dir/src/big.bin" "$dir/out/big.copy"
 run_both "cmp differ" 3000000 cmp "$dir/src/big.bin" "$dir/src/diff.bin"
 check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.pre"
+# md5sum over a directory of small files (the glob is in name order): the
+# daemon sees the opens in order and reads the files after each ahead of
+# it (read-ahead across files, granary.conf(5) dir_readahead).
+stat_of() { $CTL -s "$dir/sock" stats --json | sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p"; }
+mkdir -p "$dir/src/ds"
+for i in $(seq -w 0 47); do head -c $((20000 + 97 * 10#$i)) /dev/urandom > "$dir/src/ds/s$i"; done
+pu=$(stat_of prefetch_used)
+run_both "md5sum of a directory" 900000 md5sum "$dir"/src/ds/*
+check "md5sum of a directory: the daemon read ahead across its files" \
+    test "$(stat_of dir_readahead_streams)" -ge 1 -a "$(stat_of prefetch_used)" -ge $((pu + 30))
 run_both python 5000000 $PY -c \
     'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' "$dir/src/big.bin"
 run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
