@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         prefetch_limits lim;
         reload_prefetch_limits(&cfg, &lim);
         prefetcher_configure(pf, &lim);
-        if (dirahead_new(pf, src, jg, w, &stats, (unsigned)cfg.dir_readahead, lim.trust_all,
+        if (dirahead_new(pf, d, src, jg, w, &stats, (unsigned)cfg.dir_readahead, lim.trust_all,
                          &dra) < 0)
             goto fail;
     }

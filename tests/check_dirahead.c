@@ -2,11 +2,12 @@
  * check_dirahead.c - read-ahead across the files of a directory
  * (daemon/engine/dirahead.h) against a real granaryd: a reader that opens
  * a directory's files in name order has the files after it fetched before
- * it asks, so do two readers that deal the files out; a shuffled reader
- * and a reverse one start nothing; a reader that breaks the order has its
- * held chunks released; a user who may not list the directory gets no
- * read-ahead there (what is fetched would follow from names it cannot
- * read); and dir_readahead = 0 turns it off.  Every byte read is checked.
+ * it asks, so do two readers that deal the files out; a warm pass hints
+ * nothing; a shuffled reader and a reverse one start nothing; a reader
+ * that breaks the order has its held chunks released; a user who may not
+ * list the directory gets no read-ahead there (what is fetched would
+ * follow from names it cannot read); and dir_readahead = 0 turns it off.
+ * Every byte read is checked.
  */
 #include <check.h>
 #include <errno.h>
@@ -104,6 +105,25 @@ START_TEST(test_name_order)
     ck_assert_uint_ge(tu_stat(&d, "prefetch_used"), NFILES - 12);
     ck_assert_uint_le(demand_source_reads(), 12);
     ck_assert_uint_eq(tu_stat(&d, "hint_errors"), 0);
+}
+END_TEST
+
+/* A second pass over the same files, warm in DRAM: the stream is on
+ * again, but no file is hinted (nothing to fetch, nothing to hold). */
+START_TEST(test_warm_pass_hints_nothing)
+{
+    uint64_t files, reads;
+
+    boot("[source]\nattr_ttl = 60\n", 0755);
+    pass(0, 1, NFILES, 2);
+    files = tu_stat(&d, "dir_readahead_files");
+    reads = tu_stat(&d, "source_reads");
+    ck_assert_uint_ge(files, NFILES - 10);
+    pass(0, 1, NFILES, 0);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 2);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_files"), files);
+    ck_assert_uint_eq(tu_stat(&d, "source_reads"), reads);
+    ck_assert_uint_eq(tu_stat(&d, "hint_entries"), 0);
 }
 END_TEST
 
@@ -258,6 +278,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_name_order);
+    tcase_add_test(tc, test_warm_pass_hints_nothing);
     tcase_add_test(tc, test_two_readers_deal_the_files);
     tcase_add_test(tc, test_shuffled_and_reverse_start_nothing);
     tcase_add_test(tc, test_break_releases_holds);

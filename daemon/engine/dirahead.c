@@ -38,6 +38,7 @@ typedef struct dlisting {
 
 struct dirahead {
     prefetcher *p;
+    dram *dram;
     source *src;
     judge *jg;
     workers *w;
@@ -146,7 +147,7 @@ static int list_cb(void *arg, const char *name, int is_dir)
 
     if (is_dir)
         return 0;
-    if (l->n >= DIRA_MAX_NAMES)
+    if (l->n >= DIRA_MAX_NAMES || l->names_len + len > DIRA_MAX_BYTES)
         return 1;
     if (gr__grow((void **)&l->names, &l->names_cap, l->names_len + len, 1) < 0 ||
         gr__grow((void **)&l->off, &l->off_cap, l->n + 1, sizeof(*l->off)) < 0)
@@ -187,7 +188,8 @@ static void job_run(wq_job *wj)
     if (rc != 0) {
         j->rc = rc > 0 ? -EFBIG : rc;
         if (rc > 0)
-            snprintf(j->err, sizeof(j->err), "more than %d files", DIRA_MAX_NAMES);
+            snprintf(j->err, sizeof(j->err), "more than %d files or %u bytes of names",
+                     DIRA_MAX_NAMES, DIRA_MAX_BYTES);
         return;
     }
     qsort_r(j->ls->off, j->ls->n, sizeof(*j->ls->off), name_cmp, j->ls->names);
@@ -290,6 +292,22 @@ static void stream_off(dira_stream *s)
     s->stride = 0;
 }
 
+/* Whether the first chunk of norm is in DRAM, as far as the attribute
+ * cache knows the file (a file it does not know is taken as not). */
+static int in_dram(dirahead *d, const char *norm)
+{
+    srcfile *f = source_lookup(d->src, norm, gr__now_s());
+    uint8_t key[CHUNK_KEY_LEN];
+    int hit;
+
+    if (!f)
+        return 0;
+    chunk_key(key, f->id, 0);
+    hit = dram_peek(d->dram, key) != NULL;
+    srcfile_unref(&f);
+    return hit;
+}
+
 /* Hint the first chunk of the files of s's stride up to d->files past
  * position p (the reader's own read-ahead takes a file's later chunks). */
 static void topup(dira_stream *s, size_t p)
@@ -321,6 +339,10 @@ static void topup(dira_stream *s, size_t p)
         memcpy(path, s->dir, dlen);
         path[dlen] = '/';
         memcpy(path + dlen + 1, name, nlen + 1);
+        if (in_dram(d, path)) {
+            free(path);                 /* warm: nothing to fetch, nothing to hold */
+            continue;
+        }
         if (hint_list_add(s->hl, path, s->root, 0, 1) < 0)
             return;                     /* (the user's hint limits: later, maybe) */
         d->stats->dir_readahead_files++;
@@ -427,7 +449,7 @@ void dira_stream_free(dira_stream **sp)
     stream_unref(sp);
 }
 
-int dirahead_new(prefetcher *p, source *src, judge *jg, workers *w, gr_stats *stats,
+int dirahead_new(prefetcher *p, dram *dr, source *src, judge *jg, workers *w, gr_stats *stats,
                  unsigned files, int trust_all, dirahead **out)
 {
     dirahead *d = calloc(1, sizeof(*d));
@@ -436,6 +458,7 @@ int dirahead_new(prefetcher *p, source *src, judge *jg, workers *w, gr_stats *st
     if (!d)
         return -ENOMEM;
     d->p = p;
+    d->dram = dr;
     d->src = src;
     d->jg = jg;
     d->w = w;

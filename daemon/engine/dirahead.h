@@ -13,10 +13,11 @@
  * Detection, per connection: three ascending opens in one directory ask
  * for its listing (the names of its regular files, sorted, read on an I/O
  * thread; a cache of DIRA_CACHE listings, each at most DIRA_MAX_NAMES
- * names, trusted for DIRA_TTL seconds); once two strides between the
+ * names in DIRA_MAX_BYTES, trusted for DIRA_TTL seconds); once two strides between the
  * listing positions of later opens are equal (and at most
  * DIRA_MAX_STRIDE), the stream is on and keeps [prefetch] dir_readahead
- * files of its stride hinted past the last open.  An open out of that
+ * files of its stride hinted past the last open, less those whose first
+ * chunk is in DRAM already (as far as the attribute cache knows them).  An open out of that
  * order (another directory, a name that sorts before the last, another
  * stride) ends it: its list is cleared and its holds released.  A file
  * the listing does not have (created since) only goes unhinted.
@@ -33,6 +34,7 @@
 #define GR_DIRAHEAD_H
 
 #include "access.h"
+#include "dram.h"
 #include "judge.h"
 #include "prefetch.h"
 #include "source.h"
@@ -41,16 +43,17 @@
 
 #define DIRA_CACHE      16      /* directory listings kept */
 #define DIRA_MAX_NAMES  65536   /* a larger directory is not read ahead */
+#define DIRA_MAX_BYTES  (2u << 20)      /* nor one whose names take more */
 #define DIRA_TTL        30.0    /* seconds a listing is trusted */
 #define DIRA_MAX_STRIDE 64      /* names between a stream's opens, at most */
 
 typedef struct dirahead dirahead;
 typedef struct dira_stream dira_stream;
 
-/* Over the prefetcher, source, judge and workers (all borrowed; they must
- * outlive it).  files: how many files a stream keeps hinted ahead (0: off);
+/* Over the prefetcher, DRAM tier, source, judge and workers (all borrowed;
+ * they must outlive it).  files: how many files a stream keeps hinted ahead (0: off);
  * trust_all: access_check = none (no judging).  0 or -ENOMEM. */
-int dirahead_new(prefetcher *p, source *src, judge *jg, workers *w, gr_stats *stats,
+int dirahead_new(prefetcher *p, dram *dr, source *src, judge *jg, workers *w, gr_stats *stats,
                  unsigned files, int trust_all, dirahead **out);
 /* After every stream is freed and the workers are stopped.  NULL-safe. */
 void dirahead_free(dirahead **d);
