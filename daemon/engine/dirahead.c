@@ -25,6 +25,8 @@
 
 /* A directory's regular files, sorted by name (strcmp). */
 typedef struct dlisting {
+    struct dirahead *d;         /* whose live_bytes it counts in (once counted) */
+    size_t bytes;               /* counted there */
     gr__list link;              /* in d->cache, least recently made first */
     unsigned refs;              /* the cache's (while on it) and each stream's */
     int root;
@@ -47,6 +49,7 @@ struct dirahead {
     int trust_all;
     gr__list cache;             /* dlisting.link */
     unsigned ncache;
+    size_t live_bytes;          /* of every listing alive (cached or held by a stream) */
 };
 
 struct dira_stream {
@@ -91,6 +94,8 @@ static void listing_unref(dlisting **lp)
     *lp = NULL;
     if (!l || --l->refs > 0)
         return;
+    if (l->d)
+        l->d->live_bytes -= l->bytes;
     free(l->dir);
     free(l->names);
     free(l->off);
@@ -207,6 +212,18 @@ static void job_done(wq_job *wj)
     s->busy = 0;
     if (j->job.cancelled && j->rc == 0 && !j->ls)
         j->rc = -ECANCELED;
+    if (j->ls && j->rc == 0) {
+        /* Every listing alive together stays within DIRA_LIVE_MAX. */
+        size_t b = j->ls->names_cap + j->ls->off_cap * sizeof(*j->ls->off) + sizeof(*j->ls);
+        if (d->live_bytes + b > DIRA_LIVE_MAX) {
+            j->rc = -ENOMEM;
+            snprintf(j->err, sizeof(j->err), "listings over %u bytes", DIRA_LIVE_MAX);
+        } else {
+            j->ls->d = d;
+            j->ls->bytes = b;
+            d->live_bytes += b;
+        }
+    }
     if (j->list && j->ls && j->rc == 0) {
         d->stats->dir_readahead_listings++;
         cache_put(d, j->ls);
@@ -379,6 +396,12 @@ void dira_opened(dira_stream *s, const char *norm, int root)
     }
     snprintf(s->last, sizeof(s->last), "%s", name);
     s->rising++;
+    if (s->ls && !listing_fresh(s->ls) && !s->busy) {
+        stream_off(s);                  /* listed and judged too long ago: again */
+        listing_unref(&s->ls);
+        s->asked = s->denied = 0;
+        s->rising = 2;
+    }
     if (s->denied || prefetch_user_hints(s->d->p, s->cred.uid)) {
         stream_off(s);                  /* (its job hints: it knows better) */
         return;

@@ -13,7 +13,9 @@
  * Detection, per connection: three ascending opens in one directory ask
  * for its listing (the names of its regular files, sorted, read on an I/O
  * thread; a cache of DIRA_CACHE listings, each at most DIRA_MAX_NAMES
- * names in DIRA_MAX_BYTES, trusted for DIRA_TTL seconds); once two strides between the
+ * names in DIRA_MAX_BYTES, trusted for DIRA_TTL seconds, a stream's own
+ * too: it lists and judges again after that; all listings alive together
+ * at most DIRA_LIVE_MAX bytes, past which a stream goes without); once two strides between the
  * listing positions of later opens are equal (and at most
  * DIRA_MAX_STRIDE), the stream is on and keeps [prefetch] dir_readahead
  * files of its stride hinted past the last open, less those whose first
@@ -44,6 +46,7 @@
 #define DIRA_CACHE      16      /* directory listings kept */
 #define DIRA_MAX_NAMES  65536   /* a larger directory is not read ahead */
 #define DIRA_MAX_BYTES  (2u << 20)      /* nor one whose names take more */
+#define DIRA_LIVE_MAX   (64u << 20)     /* every listing alive, cached or held, together */
 #define DIRA_TTL        30.0    /* seconds a listing is trusted */
 #define DIRA_MAX_STRIDE 64      /* names between a stream's opens, at most */
 

@@ -128,8 +128,8 @@ int hint_list_append(hint_list *l, const proto_msg *m, hint_status *st);
 
 /*
  * The daemon's own list (dirahead.h) for a user: a list like a client's
- * (its limits, judging, holds), whose entries a read passes over are
- * dropped at once (a client's may come up to 64 entries out of order).
+ * (its limits, judging, holds), whose entries more than 2 behind a read
+ * are dropped (a client's may come up to 64 entries out of order).
  */
 hint_list *hint_list_new_own(prefetcher *p, const access_cred *cred);
 
