@@ -81,9 +81,12 @@ while [ $i -lt 3000 ]; do
 done
 for k in 1 2 3 4; do head -c 32000000 /dev/urandom > "$dir/src/big/b$k"; done
 chmod -R a+rX "$dir/src"
+# (No read-ahead across files: its opens would be the daemon's, not the job's.)
 write_conf "[daemon]
 socket_mode = 0666
 trace_file = $dir/trace
+[prefetch]
+dir_readahead = 0
 [metrics]
 listen = unix:$dir/metrics.sock"
 start_daemon

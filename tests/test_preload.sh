@@ -68,7 +68,7 @@ check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.p
 # it (read-ahead across files, granary.conf(5) dir_readahead).
 stat_of() { $CTL -s "$dir/sock" stats --json | sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p"; }
 mkdir -p "$dir/src/ds"
-for i in $(seq -w 0 47); do head -c $((20000 + 97 * 10#$i)) /dev/urandom > "$dir/src/ds/s$i"; done
+for i in $(seq 0 47); do head -c $((20000 + 97 * i)) /dev/urandom > "$dir/src/ds/s$(printf %02d $i)"; done
 pu=$(stat_of prefetch_used)
 run_both "md5sum of a directory" 900000 md5sum "$dir"/src/ds/*
 check "md5sum of a directory: the daemon read ahead across its files" \
