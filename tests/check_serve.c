@@ -708,6 +708,100 @@ START_TEST(test_openx_from_the_spec)
 }
 END_TEST
 
+/* A HELLO request asking for features, byte by byte from PROTOCOL.md; the
+ * features the daemon echoes. */
+static uint32_t hello_raw(int fd, uint32_t features)
+{
+    uint8_t b[PROTO_HDR_LEN + PROTO_HELLO_LEN], rbuf[PROTO_MAX_MSG];
+    proto_msg m;
+
+    memset(b, 0, sizeof(b));
+    le32w(b, 0x594e5247u);
+    b[4] = 2;
+    b[5] = 1;
+    le32w(b + 8, 1);
+    le32w(b + 12, PROTO_HELLO_LEN);
+    le32w(b + 24, 2);                           /* version */
+    le32w(b + 28, PROTO_MAX_MSG);               /* max_msg */
+    le32w(b + 24 + 28, features);
+    ck_assert_int_gt(raw_call(fd, b, sizeof(b), NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    return le32r(rbuf + 24 + 28);
+}
+
+/* The flags of the first extent of an OPENX by path of chunk i of path
+ * (the segment's first extent on a fresh connection: it brings the fd);
+ * with release, its lease given back (RELEASE, no reply) at once. */
+static uint32_t openx_chunk_flags(int fd, uint32_t id, const char *path, uint64_t i, int release)
+{
+    enum { CH = 64 * 1024 };
+    uint8_t req[PROTO_HDR_LEN + 64 + 4096], rbuf[PROTO_MAX_MSG];
+    int got[4], ngot = 0;
+    proto_msg m;
+    proto_extent e;
+    size_t len = openx_bytes(req, id, 0, i * CH, CH, 0x1, path);
+
+    ck_assert_int_gt(raw_call_fds(fd, req, len, rbuf, sizeof(rbuf), &m, got, &ngot), 0);
+    gr__close_fds(got, ngot);
+    ck_assert_int_eq(m.h.status, 0);
+    ck_assert_int_eq(m.u.openx_reply.read_status, 0);
+    ck_assert_msg(m.u.openx_reply.rx.nextents == 1, "chunk %llu: %u extents, %u inline",
+                  (unsigned long long)i, m.u.openx_reply.rx.nextents,
+                  m.u.openx_reply.rx.inline_len);
+    proto_extent_at(&m, 0, &e);
+    ck_assert_uint_eq(e.len, CH);
+    if (release) {
+        struct iovec iov = { req, 0 };
+        ssize_t n = proto_enc_release(req, sizeof(req), id + 1000000, &e.lease, 1);
+        ck_assert_int_gt(n, 0);
+        iov.iov_len = (size_t)n;
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, NULL, 0, 0), n);
+    }
+    return e.flags;
+}
+
+/* NOKEEP as a client written from PROTOCOL.md sees it: under the epoch
+ * policy with a dataset three times the tier, a refused chunk's extent
+ * carries NOKEEP beside FD when it is the first of its segment (FD once
+ * overwrote it), an admitted one's does not, and a client that did not ask
+ * for the feature never sees the bit. */
+START_TEST(test_nokeep_from_the_spec)
+{
+    enum { CH = 64 * 1024, CHUNKS = 48 };
+    tu_daemon d;
+    char big[600];
+    int fd;
+
+    tu_daemon_init(&d, "[dram]\ncapacity = 1M\npolicy = epoch\n[nvme]\npath =\n");
+    snprintf(big, sizeof(big), "%s/big", d.src);
+    tu_write_pattern(big, 64, CHUNKS * CH);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    /* A cold pass fills the tier; the policy refuses the rest. */
+    fd = raw_connect(&d);
+    for (uint32_t i = 0; i < CHUNKS; i++)
+        (void)openx_chunk_flags(fd, 100 + i, big, i, 1);
+    close(fd);
+    for (int i = 0; i < 200 && tu_stat(&d, "leases_active"); i++)
+        tu_sleep_ms(10);
+    ck_assert_uint_gt(tu_stat(&d, "dram_not_admitted"), 0);
+
+    fd = raw_connect(&d);
+    ck_assert_uint_eq(hello_raw(fd, PROTO_FEAT_NOKEEP | 0x80000000u) & PROTO_FEAT_NOKEEP,
+                      PROTO_FEAT_NOKEEP);
+    ck_assert_uint_eq(openx_chunk_flags(fd, 1, big, CHUNKS - 1, 0),
+                      PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP);
+    ck_assert_uint_eq(openx_chunk_flags(fd, 2, big, 0, 0) & PROTO_EXTENT_NOKEEP, 0);
+    close(fd);
+
+    fd = raw_connect(&d);
+    ck_assert_uint_eq(hello_raw(fd, 0), 0);
+    ck_assert_uint_eq(openx_chunk_flags(fd, 1, big, CHUNKS - 1, 0), PROTO_EXTENT_FD);
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* The value of the first record called name in a reply, as a number (the
  * text's length for a text record, UINT64_MAX when absent); *text set for
  * text records. */
@@ -915,6 +1009,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_refusal_reason);
     tcase_add_test(tc, test_admin_fields_and_noreply);
     tcase_add_test(tc, test_openx_from_the_spec);
+    tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);
     tcase_add_test(tc, test_report);
     tcase_add_test(tc, test_analyze_from_the_spec);
