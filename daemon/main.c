@@ -381,6 +381,7 @@ int main(int argc, char **argv)
     reload.nvme = nvme;
     reload.sc = sc;
     reload.pf = pf;
+    reload.dra = dra;
     reload.peers = prs;
     sighup = evsignal_new(base, SIGHUP, on_reload, &reload);
     if (!sigterm || !sigint || !sighup || event_add(sigterm, NULL) < 0 ||

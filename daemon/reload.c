@@ -46,6 +46,7 @@ static int hook_prefetch(reload_ctx *r, char *err, size_t errlen)
     (void)errlen;
     reload_prefetch_limits(r->cfg, &lim);
     prefetcher_configure(r->pf, &lim);
+    dirahead_set_files(r->dra, (unsigned)r->cfg->dir_readahead);
     return 0;
 }
 

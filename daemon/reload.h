@@ -17,6 +17,7 @@
 #include "prefetch.h"
 #include "source.h"
 #include "peer.h"
+#include "dirahead.h"
 
 typedef struct reload_ctx {
     const char *path;           /* the configuration file */
@@ -28,6 +29,7 @@ typedef struct reload_ctx {
     sched *sc;
     prefetcher *pf;
     peers *peers;               /* NULL without a peer cache */
+    dirahead *dra;
 } reload_ctx;
 
 /*

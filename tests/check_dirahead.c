@@ -12,6 +12,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,22 @@ START_TEST(test_name_order)
 }
 END_TEST
 
+/* A second reader of a directory whose listing is cached (no judging for
+ * root): the open that finds the listing counts, so five opens in name
+ * order turn the stream on, where the first reader, which waited for a
+ * job, needed six. */
+START_TEST(test_cached_listing_starts_sooner)
+{
+    boot(NULL, 0755);
+    pass(0, 1, 6, 5);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 1);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_listings"), 1);
+    pass(30, 1, 35, 5);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_listings"), 1);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 2);
+}
+END_TEST
+
 /* A second pass over the same files, warm in DRAM: the stream is on
  * again, but no file is hinted (nothing to fetch, nothing to hold). */
 START_TEST(test_warm_pass_hints_nothing)
@@ -152,6 +169,7 @@ START_TEST(test_two_readers_deal_the_files)
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 2);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_listings"), 1);     /* one for both */
     ck_assert_uint_ge(tu_stat(&d, "prefetch_used"), NFILES - 24);
     ck_assert_uint_le(demand_source_reads(), 24);
 }
@@ -261,12 +279,76 @@ START_TEST(test_listable_directory_as_user)
 }
 END_TEST
 
+/* How many reloads d's log says are done. */
+static int reloads_done(void)
+{
+    char line[4096];
+    FILE *f = fopen(d.log, "r");
+    int n = 0;
+
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, "reload: done") != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Rewrite d's dir_readahead line to n and SIGHUP; wait for the reload. */
+static void set_files(int n)
+{
+    char *text = NULL, line[4096];
+    size_t len = 0;
+    int r0 = reloads_done();
+    FILE *in = fopen(d.conf, "r"), *out = open_memstream(&text, &len);
+
+    ck_assert_ptr_nonnull(in);
+    while (fgets(line, sizeof(line), in)) {
+        if (!strncmp(line, "dir_readahead = ", 16))
+            fprintf(out, "dir_readahead = \"%d\"\n", n);
+        else
+            fputs(line, out);
+    }
+    fclose(in);
+    fclose(out);
+    in = fopen(d.conf, "w");
+    fputs(text, in);
+    fclose(in);
+    free(text);
+    kill(d.pid, SIGHUP);
+    for (int i = 0; i < 500 && reloads_done() == r0; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_gt(reloads_done(), r0);
+}
+
+/* dir_readahead = 0: nothing listed, nothing fetched ahead; a reload to 16
+ * turns it on for a connection made before, and back to 0 ends a stream
+ * at its next open with its holds released. */
 START_TEST(test_off)
 {
+    gr_client *c;
+
     boot("[prefetch]\ndir_readahead = 0\n", 0755);
-    pass(0, 1, NFILES, 0);
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(sample(c, 0), 0);
+    pass(0, 1, 20, 0);
     ck_assert_uint_eq(tu_stat(&d, "dir_readahead_listings"), 0);
     ck_assert_uint_eq(tu_stat(&d, "prefetch_issued"), 0);
+
+    set_files(16);
+    for (int i = 20; i < 30; i++)
+        ck_assert_int_eq(sample(c, i), 0);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 1);
+    ck_assert_uint_gt(tu_stat(&d, "hint_entries"), 0);
+
+    set_files(0);
+    ck_assert_int_eq(sample(c, 30), 0);
+    ck_assert_uint_eq(tu_stat(&d, "hint_entries"), 0);
+    for (int i = 31; i < 40; i++)
+        ck_assert_int_eq(sample(c, i), 0);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 1);
+    ck_assert_uint_eq(tu_stat(&d, "hint_entries"), 0);
+    gr_disconnect(c);
 }
 END_TEST
 
@@ -278,6 +360,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_name_order);
+    tcase_add_test(tc, test_cached_listing_starts_sooner);
     tcase_add_test(tc, test_warm_pass_hints_nothing);
     tcase_add_test(tc, test_two_readers_deal_the_files);
     tcase_add_test(tc, test_shuffled_and_reverse_start_nothing);
@@ -291,9 +374,13 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
+    SRunner *sr;
     int failed;
 
+    /* The daemon's read-ahead on its own: libgranary's scan of a directory
+     * (check_dscan) would open files ahead, and the daemon see those opens. */
+    setenv("GRANARY_DIR_LOOKAHEAD", "0", 1);
+    sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);

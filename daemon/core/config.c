@@ -116,7 +116,7 @@ static const config_key config_keys[] = {
       "1G", "bytes fetched ahead of a job's hint cursor (at most half of [dram] capacity)", CONFIG_HOOK_PREFETCH },
     { "prefetch", "dir_readahead", KT_INT, 0, FIELD(dir_readahead), 0, 1024, NULL,
       "16", "files hinted ahead of a connection that opens a directory's files in name order "
-      "(every n-th name, for one of n readers); 0 disables it", CONFIG_RESTART },
+      "(every n-th name, for one of n readers); 0 disables it", CONFIG_HOOK_PREFETCH },
     { "prefetch", "hint_max_entries", KT_INT, 0, FIELD(hint_max_entries), 1, 1 << 30, NULL,
       "4194304", "chunks one user's hint lists may name together; more is refused (E2BIG)", CONFIG_HOOK_PREFETCH },
     { "prefetch", "hint_memory", KT_SIZE, 0, FIELD(hint_memory), MIB, UINT64_MAX, NULL,

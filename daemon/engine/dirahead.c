@@ -5,7 +5,8 @@
  *
  * A stream's life: reset by an open in another directory; rising with
  * each ascending open there; at two rising opens it asks for the
- * directory's listing (from the cache, else a job that lists it; a job
+ * directory's listing (from the cache, else a job that lists it, unless
+ * another reader's job lists it already: then at the next open; a job
  * that judges the user either way unless no judging is needed); with the
  * listing, each open's position is looked up, and two equal strides turn
  * it on; on, every open tops its hint list up to [prefetch] dir_readahead
@@ -49,6 +50,7 @@ struct dirahead {
     int trust_all;
     gr__list cache;             /* dlisting.link */
     unsigned ncache;
+    gr__list listing;           /* dira_job.link: the jobs out that list */
     size_t live_bytes;          /* of every listing alive (cached or held by a stream) */
 };
 
@@ -75,6 +77,7 @@ struct dira_stream {
 
 typedef struct dira_job {
     wq_job job;
+    gr__list link;              /* in d->listing while out, when list */
     dira_stream *s;             /* a reference */
     uint64_t gen;               /* s->gen when asked */
     char *dir;
@@ -210,6 +213,8 @@ static void job_done(wq_job *wj)
     dirahead *d = s->d;
 
     s->busy = 0;
+    if (j->list)
+        gr__list_remove(&j->link);
     if (j->job.cancelled && j->rc == 0 && !j->ls)
         j->rc = -ECANCELED;
     if (j->ls && j->rc == 0) {
@@ -247,7 +252,22 @@ static void job_done(wq_job *wj)
     stream_unref(&s);
 }
 
-/* Ask for s's directory: its listing, and the user judged, as needed. */
+/* Whether a job out lists dir beneath root (another reader of it: its
+ * listing is the cache's soon, so one listing serves them both). */
+static int listing_out(const dirahead *d, const char *dir, int root)
+{
+    const gr__list *it;
+
+    for (it = d->listing.next; it != &d->listing; it = it->next) {
+        const dira_job *j = gr__list_entry(it, dira_job, link);
+        if (j->root == root && !strcmp(j->dir, dir))
+            return 1;
+    }
+    return 0;
+}
+
+/* Ask for s's directory: its listing, and the user judged, as needed
+ * (nothing yet while another job lists it: the next open asks again). */
 static void ask(dira_stream *s)
 {
     dirahead *d = s->d;
@@ -255,6 +275,8 @@ static void ask(dira_stream *s)
     dlisting *l = cache_find(d, s->dir, s->root);
     dira_job *j;
 
+    if (!l && listing_out(d, s->dir, s->root))
+        return;
     s->asked = 1;
     if (l && !need_judge) {
         s->ls = l;
@@ -277,6 +299,8 @@ static void ask(dira_stream *s)
     j->cred = s->cred;
     j->judge = need_judge;
     j->list = l == NULL;
+    if (j->list)
+        gr__list_push_back(&d->listing, &j->link);
     workers_submit(d->w, &j->job, WQ_BACKGROUND);
 }
 
@@ -402,14 +426,15 @@ void dira_opened(dira_stream *s, const char *norm, int root)
         s->asked = s->denied = 0;
         s->rising = 2;
     }
-    if (s->denied || prefetch_user_hints(s->d->p, s->cred.uid)) {
+    if (s->denied || s->d->files == 0 || prefetch_user_hints(s->d->p, s->cred.uid)) {
         stream_off(s);                  /* (its job hints: it knows better) */
         return;
     }
     if (!s->ls) {
         if (s->rising >= 2 && !s->asked && !s->busy)
             ask(s);
-        return;
+        if (!s->ls)
+            return;                     /* (a job is out; else the cache's: counts now) */
     }
     if ((p = find(s->ls, name)) < 0)
         return;
@@ -489,8 +514,15 @@ int dirahead_new(prefetcher *p, dram *dr, source *src, judge *jg, workers *w, gr
     d->files = files;
     d->trust_all = trust_all;
     gr__list_init(&d->cache);
+    gr__list_init(&d->listing);
     *out = d;
     return 0;
+}
+
+void dirahead_set_files(dirahead *d, unsigned files)
+{
+    if (d)
+        d->files = files;
 }
 
 void dirahead_free(dirahead **dp)

@@ -58,6 +58,9 @@ typedef struct dira_stream dira_stream;
  * trust_all: access_check = none (no judging).  0 or -ENOMEM. */
 int dirahead_new(prefetcher *p, dram *dr, source *src, judge *jg, workers *w, gr_stats *stats,
                  unsigned files, int trust_all, dirahead **out);
+/* Reload: keep files ahead from now on; 0 turns every stream off at its
+ * next open (its hints cleared) and makes no new ones.  NULL-safe. */
+void dirahead_set_files(dirahead *d, unsigned files);
 /* After every stream is freed and the workers are stopped.  NULL-safe. */
 void dirahead_free(dirahead **d);
 
