@@ -53,7 +53,7 @@ PROTO_SRC  := proto/proto.c proto/ckset.c
 # common/: the helpers daemon, client and tools share (one copy each).
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*/*.c)
-CLIENT_SRC := client/granary.c client/lcache.c client/meta.c client/ckpt.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
+CLIENT_SRC := client/granary.c client/dscan.c client/lcache.c client/meta.c client/ckpt.c client/gpu.c client/gpu_drv.c client/gpu_ring.c client/gpu_tier.c
 CTL_SRC    := client/granaryctl.c
 TEST_SRC   := $(wildcard tests/check_*.c)
 # bench/kv.c (memcached and Redis clients) and bench/util.c (clock, random,

@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "fdpass.h"
 #include "ini.h"
+#include "dscan.h"
 #include "lcache.h"
 #include "path.h"
 #include "proto.h"
@@ -143,6 +144,9 @@ struct gr_client {
     uint32_t ahead_depth;               /* $GRANARY_LOOKAHEAD, 0: none */
     uint32_t ahead_misses;              /* opens in a row the look-ahead did not foresee */
     int ahead_on;                       /* the last open was the next hinted one */
+    int ahead_user;                     /* the queue is the caller's (hints, gr_open_ahead) */
+    int ds_on;                          /* directory scans feed the look-ahead ($GRANARY_DIR_LOOKAHEAD) */
+    gr__dscan ds;                       /* this process's opens in directory order (dscan.h) */
     uint64_t ahead_sent, ahead_used;    /* counters, for REPORT */
     uint8_t rbuf[PROTO_MAX_MSG];        /* replies that do not go to a user buffer */
 };
@@ -805,6 +809,11 @@ gr_client *gr_connect(const char *socket_path)
         }
     }
     {
+        const char *v = getenv("GRANARY_DIR_LOOKAHEAD");
+        c->ds_on = !(v && *v && strtol(v, NULL, 10) <= 0);
+        gr__ds_init(&c->ds);
+    }
+    {
         const char *v = getenv("GRANARY_LEASE_CACHE");
         uint64_t b;
         if (v && *v && gr__size_parse(v, &b) == 0)
@@ -861,6 +870,7 @@ void gr_disconnect(gr_client *c)
         close(c->fd);
     c->fd = -1;
     ahead_reset(c, 1);                      /* (no CLOSE: the connection is gone) */
+    gr__ds_fini(&c->ds);
     if (c->staged_fd >= 0)
         close(c->staged_fd);
     gr__meta_free(c->meta);
@@ -896,6 +906,7 @@ static void file_free(gr_file *f);
 static void ahead_topup(gr_client *c);
 static gr_file *ahead_take(gr_client *c, const char *path);
 static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n);
+static void ahead_scan(gr_client *c, const char *path);
 
 /* Chunk idx of f, as the lease cache names it. */
 static gr__ckey chunk_of(const gr_file *f, uint64_t idx)
@@ -1014,6 +1025,7 @@ gr_file *gr_open(gr_client *c, const char *path)
     len = path ? strlen(path) : 0;
     if (len && (c->nahead || c->aq_head < c->aq_len) && (f = ahead_take(c, path))) {
         ahead_topup(c);
+        ahead_scan(c, path);
         c->errtext[0] = '\0';
         goto out;
     }
@@ -1062,6 +1074,7 @@ gr_file *gr_open(gr_client *c, const char *path)
     }
     if (c->ahead_on)
         ahead_topup(c);
+    ahead_scan(c, path);
     c->errtext[0] = '\0';
 out:
     if (c->staged_fd >= 0) {            /* a reply we did not keep */
@@ -1171,6 +1184,7 @@ static void ahead_reset(gr_client *c, int queue)
     if (!queue)
         return;
     c->ahead_on = 0;
+    c->ahead_user = 0;
     for (size_t i = c->aq_head; i < c->aq_len; i++)
         free(c->aq[i]);
     free(c->aq);
@@ -1178,33 +1192,75 @@ static void ahead_reset(gr_client *c, int queue)
     c->aq_head = c->aq_len = c->aq_cap = 0;
 }
 
-/* Keep the hinted paths of h[0..n) that start at offset 0, for the
- * look-ahead (up to GR_AHEAD_QMAX not yet asked for). */
-static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
+/* Put path p (taken) at the end of the look-ahead's queue: 0, or -1 when
+ * it is full (GR_AHEAD_QMAX not yet asked for) or memory is short (p freed). */
+static int ahead_push(gr_client *c, char *p)
 {
-    if (c->ahead_depth == 0)
-        return;
-    c->ahead_misses = 0;
     if (c->aq_head > 0 && c->aq_head * 2 >= c->aq_len) {    /* reclaim the front */
         memmove(c->aq, c->aq + c->aq_head, (c->aq_len - c->aq_head) * sizeof(*c->aq));
         c->aq_len -= c->aq_head;
         c->aq_head = 0;
     }
-    for (size_t k = 0; k < n && c->aq_len - c->aq_head < GR_AHEAD_QMAX; k++) {
+    if (c->aq_len - c->aq_head >= GR_AHEAD_QMAX) {
+        free(p);
+        return -1;
+    }
+    if (c->aq_len == c->aq_cap) {
+        size_t nc = c->aq_cap ? c->aq_cap * 2 : 256;
+        char **na = realloc(c->aq, nc * sizeof(*na));
+        if (!na) {
+            free(p);
+            return -1;
+        }
+        c->aq = na;
+        c->aq_cap = nc;
+    }
+    c->aq[c->aq_len++] = p;
+    return 0;
+}
+
+/* Keep the hinted paths of h[0..n) that start at offset 0, for the
+ * look-ahead: the caller's queue from now on (no directory scan). */
+static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
+{
+    if (c->ahead_depth == 0)
+        return;
+    if (!c->ahead_user) {
+        ahead_reset(c, 1);                  /* (a directory scan's: the caller knows better) */
+        gr__ds_reset(&c->ds);
+    }
+    c->ahead_user = 1;
+    c->ahead_misses = 0;
+    for (size_t k = 0; k < n; k++) {
         char *p;
         if (h[k].off != 0)
             continue;
-        if (c->aq_len == c->aq_cap) {
-            size_t nc = c->aq_cap ? c->aq_cap * 2 : 256;
-            char **na = realloc(c->aq, nc * sizeof(*na));
-            if (!na)
-                return;
-            c->aq = na;
-            c->aq_cap = nc;
-        }
-        if (!(p = strdup(abs && abs[k] ? abs[k] : h[k].path)))
+        if (!(p = strdup(abs && abs[k] ? abs[k] : h[k].path)) || ahead_push(c, p) < 0)
             return;
-        c->aq[c->aq_len++] = p;
+    }
+}
+
+/* After the open of path (absolute): where this process scans a directory
+ * in order, the files it opens next go to the look-ahead (dscan.h), unless
+ * the caller gave it a queue of its own. */
+static void ahead_scan(gr_client *c, const char *path)
+{
+    char *next[GR_DS_AHEAD];
+    size_t k, i;
+    int off;
+
+    if (!c->ds_on || c->ahead_depth == 0 || c->ahead_user)
+        return;
+    k = gr__ds_opened(&c->ds, path, next, GR_DS_AHEAD, &off);
+    if (off)
+        ahead_reset(c, 1);                  /* out of order: what it named goes */
+    for (i = 0; i < k && ahead_push(c, next[i]) == 0; i++)
+        ;
+    while (i + 1 < k)
+        free(next[++i]);                    /* (the queue is full: the rest go) */
+    if (k) {
+        c->ahead_on = 1;
+        ahead_topup(c);
     }
 }
 

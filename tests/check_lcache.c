@@ -43,6 +43,7 @@ static void teardown(void)
     if (d.pid > 0)
         ck_assert_int_eq(tu_daemon_stop(&d), 0);
     tu_daemon_fini(&d);
+    unsetenv("GRANARY_DIR_LOOKAHEAD");
 }
 
 static char *src_path(const char *name)
@@ -637,8 +638,11 @@ START_TEST(test_open_ahead)
     gr_client *c;
 
     /* (The daemon's own read-ahead across a directory's files would hint
-     * these: off, so that any hint seen here is the client's.) */
+     * these: off, so that any hint seen here is the client's; and so is
+     * the client's scan of a directory, whose look-aheads would be counted
+     * with the list's.) */
     start("[prefetch]\ndir_readahead = 0\n");
+    setenv("GRANARY_DIR_LOOKAHEAD", "0", 1);
     for (int i = 0; i < 12; i++) {
         snprintf(p[i], sizeof(p[i]), "%s/ln%d", d.src, i);
         tu_write_pattern(p[i], 100 + (uint32_t)i, 10000);

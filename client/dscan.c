@@ -1,0 +1,217 @@
+/*
+ * dscan.c - directory scans for the look-ahead opens (dscan.h).
+ */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "dscan.h"
+
+void gr__ds_init(gr__dscan *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->pos = -1;
+}
+
+static void drop_listing(gr__dscan *s)
+{
+    s->listed = 0;
+    free(s->names);
+    free(s->off);
+    s->names = NULL;
+    s->off = NULL;
+    s->n = 0;
+}
+
+void gr__ds_fini(gr__dscan *s)
+{
+    drop_listing(s);
+    free(s->dir);
+    gr__ds_init(s);
+}
+
+/* Off: the order counted again from the next open. */
+static void scan_off(gr__dscan *s, int *off)
+{
+    if (s->on)
+        *off = 1;
+    s->on = 0;
+    s->rising = 0;
+    s->pos = -1;
+    s->stride = 0;
+}
+
+void gr__ds_reset(gr__dscan *s)
+{
+    int off = 0;
+
+    scan_off(s, &off);
+}
+
+static int name_cmp(const void *a, const void *b, void *arg)
+{
+    const char *names = arg;
+
+    return strcmp(names + *(const uint32_t *)a, names + *(const uint32_t *)b);
+}
+
+/* List s->dir: 0, or -1 (cannot, too big, out of memory: no scan there). */
+static int list_dir(gr__dscan *s)
+{
+    DIR *d = opendir(s->dir);
+    size_t len = 0, cap = 0, ocap = 0;
+    struct dirent *e;
+    int rc = 0;
+
+    drop_listing(s);
+    if (!d)
+        return -1;
+    while (rc == 0 && (e = readdir(d))) {
+        size_t nl = strlen(e->d_name) + 1;
+        if (e->d_type != DT_REG && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
+            continue;
+        if (s->n == GR_DS_MAX_NAMES || len + nl > GR_DS_MAX_BYTES) {
+            rc = -1;
+            break;
+        }
+        if (len + nl > cap) {
+            size_t nc = cap ? cap * 2 : 16384;
+            char *nn = realloc(s->names, nc);
+            if (!nn) {
+                rc = -1;
+                break;
+            }
+            s->names = nn;
+            cap = nc;
+        }
+        if (s->n == ocap) {
+            size_t nc = ocap ? ocap * 2 : 1024;
+            uint32_t *no = realloc(s->off, nc * sizeof(*no));
+            if (!no) {
+                rc = -1;
+                break;
+            }
+            s->off = no;
+            ocap = nc;
+        }
+        memcpy(s->names + len, e->d_name, nl);
+        s->off[s->n++] = (uint32_t)len;
+        len += nl;
+    }
+    closedir(d);
+    if (rc < 0) {
+        drop_listing(s);
+        return -1;
+    }
+    if (s->n)
+        qsort_r(s->off, s->n, sizeof(*s->off), name_cmp, s->names);
+    s->listed = 1;
+    s->listed_ms = gr__now_ms();
+    s->listings++;
+    return 0;
+}
+
+/* The position of name in the listing, or -1. */
+static long find(const gr__dscan *s, const char *name)
+{
+    size_t lo = 0, hi = s->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(s->names + s->off[mid], name);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/* Name the files of the stride up to GR_DS_AHEAD past position p. */
+static size_t name_ahead(gr__dscan *s, size_t p, char **out, size_t cap)
+{
+    size_t dlen = strlen(s->dir), end = p + (size_t)s->stride * GR_DS_AHEAD, k = 0;
+
+    if (s->next <= p)
+        s->next = p + (size_t)s->stride;
+    for (; k < cap && s->next <= end && s->next < s->n; s->next += (size_t)s->stride) {
+        const char *name = s->names + s->off[s->next];
+        size_t nl = strlen(name);
+        char *path = malloc(dlen + nl + 2);
+        if (!path)
+            break;
+        memcpy(path, s->dir, dlen);
+        path[dlen] = '/';
+        memcpy(path + dlen + 1, name, nl + 1);
+        out[k++] = path;
+    }
+    return k;
+}
+
+size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int *off)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name;
+    size_t dlen;
+    long p;
+
+    *off = 0;
+    if (!slash || slash == path || strlen(slash + 1) >= sizeof(s->last))
+        return 0;
+    name = slash + 1;
+    dlen = (size_t)(slash - path);
+    if (!s->dir || strlen(s->dir) != dlen || memcmp(s->dir, path, dlen) != 0) {
+        scan_off(s, off);
+        drop_listing(s);
+        free(s->dir);
+        s->dir = strndup(path, dlen);   /* (NULL: out of memory; the next open tries again) */
+        s->unlisted = 0;
+        strcpy(s->last, name);
+        return 0;
+    }
+    if (strcmp(name, s->last) <= 0) {
+        scan_off(s, off);
+        strcpy(s->last, name);
+        return 0;
+    }
+    strcpy(s->last, name);
+    s->rising++;
+    if (s->unlisted)
+        return 0;
+    if (s->listed && gr__now_ms() - s->listed_ms > GR_DS_TTL_MS) {
+        scan_off(s, off);               /* listed too long ago: again */
+        drop_listing(s);
+        s->rising = 2;
+    }
+    if (!s->listed) {
+        if (s->rising < 2)
+            return 0;
+        if (list_dir(s) < 0) {
+            s->unlisted = 1;
+            return 0;
+        }
+    }
+    if ((p = find(s, name)) < 0)
+        return 0;
+    if (s->pos >= 0) {
+        long st = p - s->pos;
+        if (st < 1 || st > GR_DS_MAX_STRIDE) {
+            scan_off(s, off);           /* not the listing's order: counted afresh */
+            s->rising = 1;
+        } else if (s->on && st != s->stride) {
+            scan_off(s, off);           /* another stride: a candidate */
+            s->rising = 1;
+            s->stride = st;
+        } else if (!s->on && st == s->stride) {
+            s->on = 1;
+            s->next = 0;
+        } else {
+            s->stride = st;
+        }
+    }
+    s->pos = p;
+    return s->on ? name_ahead(s, (size_t)p, out, cap) : 0;
+}

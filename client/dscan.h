@@ -1,0 +1,67 @@
+/*
+ * dscan.h - libgranary's directory scans: a process that opens the files
+ * of one directory in name order, a steady stride apart (1 for a plain
+ * scan: md5sum of a glob, a validation pass; n for one of n readers dealing the
+ * files out), is told the files it opens next, for the look-ahead opens
+ * (granary.c) to send before it asks (internal; never exported).
+ *
+ * The client-side twin of the daemon's read-ahead across files
+ * (daemon/engine/dirahead.h): that one fetches a cold file's first chunk
+ * before the open; this one takes the open's round trip out of the
+ * reader's way for a warm file.  The rules are the same: three ascending
+ * opens in one directory list it (opendir(3) as this process, so only
+ * what the process may list; regular files, links and entries of unknown
+ * type, sorted by name; at most GR_DS_MAX_NAMES names or GR_DS_MAX_BYTES of
+ * them, else no scan there; a listing is trusted GR_DS_TTL_MS, then listed
+ * again), two equal strides between the listing positions of later opens
+ * (at most GR_DS_MAX_STRIDE) turn it on, and an open out of that order or
+ * in another directory turns it off.  On, each open names the files of the
+ * stride up to GR_DS_AHEAD past it that were not named before.
+ *
+ * Threads: the owner's lock (the client's) serialises every call.
+ */
+#ifndef GR_DSCAN_H
+#define GR_DSCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GR_DS_AHEAD      8              /* files named ahead of the last open */
+#define GR_DS_MAX_STRIDE 64
+#define GR_DS_MAX_NAMES  65536
+#define GR_DS_MAX_BYTES  (2u << 20)
+#define GR_DS_TTL_MS     30000
+
+typedef struct gr__dscan {
+    char *dir;                  /* of the last open (absolute), or NULL */
+    char last[256];             /* the name of the last open */
+    unsigned rising;            /* ascending opens in a row in dir */
+    int unlisted;               /* dir could not be listed (or too big): no scan */
+    int listed;                 /* names holds dir's listing */
+    char *names;                /* n names back to back, sorted by off */
+    uint32_t *off;
+    size_t n;
+    uint64_t listed_ms;
+    long pos;                   /* listing position of the last open, -1 none */
+    long stride;                /* between the last two, 0 none */
+    int on;
+    size_t next;                /* the next position to name */
+    uint64_t listings;          /* counters */
+} gr__dscan;
+
+void gr__ds_init(gr__dscan *s);
+void gr__ds_fini(gr__dscan *s);
+
+/*
+ * The process opened path (absolute).  Returns how many paths of the files
+ * it opens next were put in out[0..cap) (malloc'd: the caller's), 0 when
+ * none, and sets *off when a scan that was on is off now (the caller
+ * forgets what this scan named before).  Out of memory is a scan that
+ * stops: nothing named, never a failure.
+ */
+size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int *off);
+
+/* Forget the scan (the caller's look-ahead has another source now). */
+void gr__ds_reset(gr__dscan *s);
+
+#endif
