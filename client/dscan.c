@@ -4,9 +4,17 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "clock.h"
 #include "dscan.h"
+
+void gr__ds_list_free(gr__dlist *l)
+{
+    free(l->names);
+    free(l->off);
+    memset(l, 0, sizeof(*l));
+}
 
 void gr__ds_init(gr__dscan *s)
 {
@@ -17,11 +25,7 @@ void gr__ds_init(gr__dscan *s)
 static void drop_listing(gr__dscan *s)
 {
     s->listed = 0;
-    free(s->names);
-    free(s->off);
-    s->names = NULL;
-    s->off = NULL;
-    s->n = 0;
+    gr__ds_list_free(&s->ls);
 }
 
 void gr__ds_fini(gr__dscan *s)
@@ -49,77 +53,102 @@ void gr__ds_reset(gr__dscan *s)
     scan_off(s, &off);
 }
 
+typedef struct sort_arg {
+    const char *names;
+} sort_arg;
+
 static int name_cmp(const void *a, const void *b, void *arg)
 {
-    const char *names = arg;
+    const char *names = ((const sort_arg *)arg)->names;
 
     return strcmp(names + *(const uint32_t *)a, names + *(const uint32_t *)b);
 }
 
-/* List s->dir: 0, or -1 (cannot, too big, out of memory: no scan there). */
-static int list_dir(gr__dscan *s)
+int gr__ds_list(const char *dir, gr__dlist *l)
 {
-    DIR *d = opendir(s->dir);
+    DIR *d = opendir(dir);
     size_t len = 0, cap = 0, ocap = 0;
     struct dirent *e;
     int rc = 0;
 
-    drop_listing(s);
+    memset(l, 0, sizeof(*l));
     if (!d)
         return -1;
-    while (rc == 0 && (e = readdir(d))) {
+    while ((e = readdir(d))) {
         size_t nl = strlen(e->d_name) + 1;
         if (e->d_type != DT_REG && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
             continue;
-        if (s->n == GR_DS_MAX_NAMES || len + nl > GR_DS_MAX_BYTES) {
+        if (l->n == GR_DS_MAX_NAMES || len + 1 + nl > GR_DS_MAX_BYTES) {
             rc = -1;
             break;
         }
-        if (len + nl > cap) {
+        if (len + 1 + nl > cap) {
             size_t nc = cap ? cap * 2 : 16384;
-            char *nn = realloc(s->names, nc);
+            char *nn = realloc(l->names, nc);
             if (!nn) {
                 rc = -1;
                 break;
             }
-            s->names = nn;
+            l->names = nn;
             cap = nc;
         }
-        if (s->n == ocap) {
+        if (l->n == ocap) {
             size_t nc = ocap ? ocap * 2 : 1024;
-            uint32_t *no = realloc(s->off, nc * sizeof(*no));
+            uint32_t *no = realloc(l->off, nc * sizeof(*no));
             if (!no) {
                 rc = -1;
                 break;
             }
-            s->off = no;
+            l->off = no;
             ocap = nc;
         }
-        memcpy(s->names + len, e->d_name, nl);
-        s->off[s->n++] = (uint32_t)len;
-        len += nl;
+        l->names[len] = (char)e->d_type;        /* the type, then the name */
+        memcpy(l->names + len + 1, e->d_name, nl);
+        l->off[l->n++] = (uint32_t)(len + 1);
+        len += 1 + nl;
     }
     closedir(d);
     if (rc < 0) {
-        drop_listing(s);
+        gr__ds_list_free(l);
         return -1;
     }
-    if (s->n)
-        qsort_r(s->off, s->n, sizeof(*s->off), name_cmp, s->names);
+    if (l->n) {
+        sort_arg sa = { l->names };
+        qsort_r(l->off, l->n, sizeof(*l->off), name_cmp, &sa);
+    }
+    return 0;
+}
+
+void gr__ds_listed(gr__dscan *s, const char *dir, int rc, gr__dlist *l)
+{
+    if (!s->want_list || !s->dir || strcmp(s->dir, dir) != 0) {
+        gr__ds_list_free(l);
+        return;
+    }
+    s->want_list = 0;
+    if (rc < 0) {
+        s->unlisted = 1;
+        gr__ds_list_free(l);
+        return;
+    }
+    drop_listing(s);
+    s->ls = *l;
+    memset(l, 0, sizeof(*l));
     s->listed = 1;
     s->listed_ms = gr__now_ms();
     s->listings++;
-    return 0;
+    s->pos = -1;                /* (positions from the next open, in this listing) */
+    s->stride = 0;
 }
 
 /* The position of name in the listing, or -1. */
 static long find(const gr__dscan *s, const char *name)
 {
-    size_t lo = 0, hi = s->n;
+    size_t lo = 0, hi = s->ls.n;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->names + s->off[mid], name);
+        int c = strcmp(s->ls.names + s->ls.off[mid], name);
         if (c == 0)
             return (long)mid;
         if (c < 0)
@@ -130,22 +159,28 @@ static long find(const gr__dscan *s, const char *name)
     return -1;
 }
 
-/* Name the files of the stride up to GR_DS_AHEAD past position p. */
+/* Name the files of the stride up to GR_DS_AHEAD past position p: regular
+ * files, and links or entries of unknown type that stat(2) says are. */
 static size_t name_ahead(gr__dscan *s, size_t p, char **out, size_t cap)
 {
     size_t dlen = strlen(s->dir), end = p + (size_t)s->stride * GR_DS_AHEAD, k = 0;
 
     if (s->next <= p)
         s->next = p + (size_t)s->stride;
-    for (; k < cap && s->next <= end && s->next < s->n; s->next += (size_t)s->stride) {
-        const char *name = s->names + s->off[s->next];
+    for (; k < cap && s->next <= end && s->next < s->ls.n; s->next += (size_t)s->stride) {
+        const char *name = s->ls.names + s->ls.off[s->next];
         size_t nl = strlen(name);
         char *path = malloc(dlen + nl + 2);
+        struct stat st;
         if (!path)
             break;
         memcpy(path, s->dir, dlen);
         path[dlen] = '/';
         memcpy(path + dlen + 1, name, nl + 1);
+        if ((uint8_t)name[-1] != DT_REG && (stat(path, &st) < 0 || !S_ISREG(st.st_mode))) {
+            free(path);
+            continue;
+        }
         out[k++] = path;
     }
     return k;
@@ -168,7 +203,7 @@ size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int
         drop_listing(s);
         free(s->dir);
         s->dir = strndup(path, dlen);   /* (NULL: out of memory; the next open tries again) */
-        s->unlisted = 0;
+        s->unlisted = s->want_list = 0;
         strcpy(s->last, name);
         return 0;
     }
@@ -181,18 +216,18 @@ size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int
     s->rising++;
     if (s->unlisted)
         return 0;
-    if (s->listed && gr__now_ms() - s->listed_ms > GR_DS_TTL_MS) {
-        scan_off(s, off);               /* listed too long ago: again */
+    /* A listing starts scans for GR_DS_TTL_MS; one that is on keeps it
+     * (what it names, the daemon judges at each open, or the process's own
+     * open(2) proves). */
+    if (s->listed && !s->on && gr__now_ms() - s->listed_ms > GR_DS_TTL_MS) {
         drop_listing(s);
-        s->rising = 2;
+        s->pos = -1;
+        s->stride = 0;
     }
     if (!s->listed) {
-        if (s->rising < 2)
-            return 0;
-        if (list_dir(s) < 0) {
-            s->unlisted = 1;
-            return 0;
-        }
+        if (s->rising >= 2)
+            s->want_list = 1;           /* (the caller lists it, unlocked) */
+        return 0;
     }
     if ((p = find(s, name)) < 0)
         return 0;

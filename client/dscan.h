@@ -9,16 +9,21 @@
  * (daemon/engine/dirahead.h): that one fetches a cold file's first chunk
  * before the open; this one takes the open's round trip out of the
  * reader's way for a warm file.  The rules are the same: three ascending
- * opens in one directory list it (opendir(3) as this process, so only
- * what the process may list; regular files, links and entries of unknown
- * type, sorted by name; at most GR_DS_MAX_NAMES names or GR_DS_MAX_BYTES of
- * them, else no scan there; a listing is trusted GR_DS_TTL_MS, then listed
- * again), two equal strides between the listing positions of later opens
- * (at most GR_DS_MAX_STRIDE) turn it on, and an open out of that order or
- * in another directory turns it off.  On, each open names the files of the
- * stride up to GR_DS_AHEAD past it that were not named before.
+ * opens in one directory ask for its listing (which the caller makes with
+ * gr__ds_list outside its lock: opendir(3) as this process, so only what
+ * the process may list; regular files, links and entries of unknown type,
+ * sorted by name; at most GR_DS_MAX_NAMES names or GR_DS_MAX_BYTES of them,
+ * else no scan there; a listing is used for a new scan GR_DS_TTL_MS at
+ * most, then listed again), two equal strides between the listing
+ * positions of later opens (at most GR_DS_MAX_STRIDE) turn it on, and an
+ * open out of that order or in another directory turns it off.  On, each
+ * open names the files of the stride up to GR_DS_AHEAD past it that were
+ * not named before; a link or an entry of unknown type only if stat(2)
+ * says it is a regular file (a look-ahead may carry the process's own
+ * open(2) of what it names, and that must never be a device or a FIFO).
  *
- * Threads: the owner's lock (the client's) serialises every call.
+ * Threads: the owner's lock (the client's) serialises every call but
+ * gr__ds_list, which touches no scan.
  */
 #ifndef GR_DSCAN_H
 #define GR_DSCAN_H
@@ -32,15 +37,22 @@
 #define GR_DS_MAX_BYTES  (2u << 20)
 #define GR_DS_TTL_MS     30000
 
+/* A directory's listing (gr__ds_list). */
+typedef struct gr__dlist {
+    char *names;                /* n entries back to back: a d_type byte (DT_REG,
+                                 * DT_LNK, DT_UNKNOWN), the name, a NUL */
+    uint32_t *off;              /* where each name starts, sorted by name */
+    size_t n;
+} gr__dlist;
+
 typedef struct gr__dscan {
     char *dir;                  /* of the last open (absolute), or NULL */
     char last[256];             /* the name of the last open */
     unsigned rising;            /* ascending opens in a row in dir */
     int unlisted;               /* dir could not be listed (or too big): no scan */
-    int listed;                 /* names holds dir's listing */
-    char *names;                /* n names back to back, sorted by off */
-    uint32_t *off;
-    size_t n;
+    int want_list;              /* asks the caller for dir's listing */
+    int listed;                 /* ls is dir's listing */
+    gr__dlist ls;
     uint64_t listed_ms;
     long pos;                   /* listing position of the last open, -1 none */
     long stride;                /* between the last two, 0 none */
@@ -56,10 +68,21 @@ void gr__ds_fini(gr__dscan *s);
  * The process opened path (absolute).  Returns how many paths of the files
  * it opens next were put in out[0..cap) (malloc'd: the caller's), 0 when
  * none, and sets *off when a scan that was on is off now (the caller
- * forgets what this scan named before).  Out of memory is a scan that
- * stops: nothing named, never a failure.
+ * forgets what this scan named before).  When s->want_list is set after
+ * it, the caller lists s->dir (gr__ds_list) and gives the result to
+ * gr__ds_listed.  Out of memory is a scan that stops: nothing named, never
+ * a failure.
  */
 size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int *off);
+
+/* List directory dir into *l (sorted): 0, or -1 (cannot, too big, out of
+ * memory: l empty).  No lock needed: it touches no scan. */
+int gr__ds_list(const char *dir, gr__dlist *l);
+void gr__ds_list_free(gr__dlist *l);
+
+/* The listing of dir asked for (rc: gr__ds_list's), *l taken (emptied):
+ * used if s still scans dir and wants it, else freed. */
+void gr__ds_listed(gr__dscan *s, const char *dir, int rc, gr__dlist *l);
 
 /* Forget the scan (the caller's look-ahead has another source now). */
 void gr__ds_reset(gr__dscan *s);

@@ -145,6 +145,8 @@ struct gr_client {
     uint32_t ahead_misses;              /* opens in a row the look-ahead did not foresee */
     int ahead_on;                       /* the last open was the next hinted one */
     int ahead_user;                     /* the queue is the caller's (hints, gr_open_ahead) */
+    int hinted;                         /* gr_hint_append since the last gr_hint_clear */
+    int ds_listing;                     /* a gr_open lists ds.dir (unlocked) */
     int ds_on;                          /* directory scans feed the look-ahead ($GRANARY_DIR_LOOKAHEAD) */
     gr__dscan ds;                       /* this process's opens in directory order (dscan.h) */
     uint64_t ahead_sent, ahead_used;    /* counters, for REPORT */
@@ -907,6 +909,7 @@ static void ahead_topup(gr_client *c);
 static gr_file *ahead_take(gr_client *c, const char *path);
 static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n);
 static void ahead_scan(gr_client *c, const char *path);
+static void scan_list_unlock(gr_client *c);
 
 /* Chunk idx of f, as the lease cache names it. */
 static gr__ckey chunk_of(const gr_file *f, uint64_t idx)
@@ -1081,8 +1084,31 @@ out:
         close(c->staged_fd);
         c->staged_fd = -1;
     }
-    pthread_mutex_unlock(&c->lock);
+    scan_list_unlock(c);
     return f;
+}
+
+/* Unlock c; first, where the directory scan asked for its listing, list
+ * the directory with the lock let go (a slow file system's readdir must
+ * not hold up the client's other threads), then give it the listing. */
+static void scan_list_unlock(gr_client *c)
+{
+    char *dir = NULL;
+    gr__dlist l;
+    int rc, err = errno;
+
+    if (c->ds.want_list && !c->ds_listing && c->ds.dir && (dir = strdup(c->ds.dir)))
+        c->ds_listing = 1;
+    pthread_mutex_unlock(&c->lock);
+    if (!dir)
+        return;
+    rc = gr__ds_list(dir, &l);
+    pthread_mutex_lock(&c->lock);
+    c->ds_listing = 0;
+    gr__ds_listed(&c->ds, dir, rc, &l);
+    pthread_mutex_unlock(&c->lock);
+    free(dir);
+    errno = err;
 }
 
 /* The gr_file of path from m, a successful OPENX reply to a request that
@@ -1223,15 +1249,21 @@ static int ahead_push(gr_client *c, char *p)
  * look-ahead: the caller's queue from now on (no directory scan). */
 static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t n)
 {
+    size_t k = 0;
+
     if (c->ahead_depth == 0)
         return;
+    while (k < n && h[k].off != 0)
+        k++;
+    if (k == n)
+        return;                             /* (nothing to open ahead) */
     if (!c->ahead_user) {
         ahead_reset(c, 1);                  /* (a directory scan's: the caller knows better) */
         gr__ds_reset(&c->ds);
     }
     c->ahead_user = 1;
     c->ahead_misses = 0;
-    for (size_t k = 0; k < n; k++) {
+    for (; k < n; k++) {
         char *p;
         if (h[k].off != 0)
             continue;
@@ -1242,22 +1274,25 @@ static void ahead_queue(gr_client *c, const gr_hint *h, char *const *abs, size_t
 
 /* After the open of path (absolute): where this process scans a directory
  * in order, the files it opens next go to the look-ahead (dscan.h), unless
- * the caller gave it a queue of its own. */
+ * the caller gave it a list of its own (a queue, or hints to the daemon). */
 static void ahead_scan(gr_client *c, const char *path)
 {
     char *next[GR_DS_AHEAD];
     size_t k, i;
     int off;
 
-    if (!c->ds_on || c->ahead_depth == 0 || c->ahead_user)
+    if (!c->ds_on || c->ahead_depth == 0 || c->ahead_user || c->hinted)
         return;
     k = gr__ds_opened(&c->ds, path, next, GR_DS_AHEAD, &off);
     if (off)
         ahead_reset(c, 1);                  /* out of order: what it named goes */
     for (i = 0; i < k && ahead_push(c, next[i]) == 0; i++)
         ;
-    while (i + 1 < k)
-        free(next[++i]);                    /* (the queue is full: the rest go) */
+    if (i < k) {
+        while (i + 1 < k)
+            free(next[++i]);                /* (the queue is full: the rest go, */
+        gr__ds_reset(&c->ds);               /* and the scan starts again later) */
+    }
     if (k) {
         c->ahead_on = 1;
         ahead_topup(c);
@@ -2080,6 +2115,7 @@ int gr_hint_append(gr_client *c, const gr_hint *h, size_t n)
     }
 #undef HINT_PATH
     if (ret == 0) {
+        c->hinted |= n > 0;                 /* (no directory scan beside the job's order) */
         ahead_queue(c, h, abs, n);
         c->errtext[0] = '\0';
     }
@@ -2133,6 +2169,7 @@ int gr_hint_clear(gr_client *c)
 
     pthread_mutex_lock(&c->lock);
     ahead_reset(c, 1);
+    c->hinted = 0;
     ret = send_hints(c, buf, sizeof(buf), PROTO_HINT_CLEAR, NULL, 0);
     if (ret == 0)
         c->errtext[0] = '\0';

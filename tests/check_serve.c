@@ -783,11 +783,13 @@ START_TEST(test_nokeep_from_the_spec)
     close(fd);
     for (int i = 0; i < 200 && tu_stat(&d, "leases_active"); i++)
         tu_sleep_ms(10);
+    ck_assert_uint_eq(tu_stat(&d, "leases_active"), 0);
     ck_assert_uint_gt(tu_stat(&d, "dram_not_admitted"), 0);
 
+    /* An unknown feature bit is not echoed. */
     fd = raw_connect(&d);
-    ck_assert_uint_eq(hello_raw(fd, PROTO_FEAT_NOKEEP | 0x80000000u) & PROTO_FEAT_NOKEEP,
-                      PROTO_FEAT_NOKEEP);
+    ck_assert_uint_eq(hello_raw(fd, PROTO_FEAT_NOKEEP | 0x80000000u) &
+                      (PROTO_FEAT_NOKEEP | 0x80000000u), PROTO_FEAT_NOKEEP);
     ck_assert_uint_eq(openx_chunk_flags(fd, 1, big, CHUNKS - 1, 0),
                       PROTO_EXTENT_FD | PROTO_EXTENT_NOKEEP);
     ck_assert_uint_eq(openx_chunk_flags(fd, 2, big, 0, 0) & PROTO_EXTENT_NOKEEP, 0);
@@ -795,6 +797,9 @@ START_TEST(test_nokeep_from_the_spec)
 
     fd = raw_connect(&d);
     ck_assert_uint_eq(hello_raw(fd, 0), 0);
+    ck_assert_uint_eq(openx_chunk_flags(fd, 1, big, CHUNKS - 1, 0), PROTO_EXTENT_FD);
+    close(fd);
+    fd = raw_connect(&d);                       /* no HELLO at all */
     ck_assert_uint_eq(openx_chunk_flags(fd, 1, big, CHUNKS - 1, 0), PROTO_EXTENT_FD);
     close(fd);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
