@@ -8,6 +8,7 @@
 
 #include "clock.h"
 #include "dscan.h"
+#include "names.h"
 
 void gr__ds_list_free(gr__dlist *l)
 {
@@ -51,17 +52,6 @@ void gr__ds_reset(gr__dscan *s)
     int off = 0;
 
     scan_off(s, &off);
-}
-
-typedef struct sort_arg {
-    const char *names;
-} sort_arg;
-
-static int name_cmp(const void *a, const void *b, void *arg)
-{
-    const char *names = ((const sort_arg *)arg)->names;
-
-    return strcmp(names + *(const uint32_t *)a, names + *(const uint32_t *)b);
 }
 
 int gr__ds_list(const char *dir, gr__dlist *l)
@@ -112,10 +102,7 @@ int gr__ds_list(const char *dir, gr__dlist *l)
         gr__ds_list_free(l);
         return -1;
     }
-    if (l->n) {
-        sort_arg sa = { l->names };
-        qsort_r(l->off, l->n, sizeof(*l->off), name_cmp, &sa);
-    }
+    gr__names_sort(l->names, l->off, l->n);
     return 0;
 }
 
@@ -144,19 +131,7 @@ void gr__ds_listed(gr__dscan *s, const char *dir, int rc, gr__dlist *l)
 /* The position of name in the listing, or -1. */
 static long find(const gr__dscan *s, const char *name)
 {
-    size_t lo = 0, hi = s->ls.n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->ls.names + s->ls.off[mid], name);
-        if (c == 0)
-            return (long)mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return gr__names_find(s->ls.names, s->ls.off, s->ls.n, name);
 }
 
 /* Name the files of the stride up to GR_DS_AHEAD past position p: regular

@@ -23,6 +23,7 @@
 #include "grow.h"
 #include "list.h"
 #include "log.h"
+#include "names.h"
 
 /* A directory's regular files, sorted by name (strcmp). */
 typedef struct dlisting {
@@ -166,13 +167,6 @@ static int list_cb(void *arg, const char *name, int is_dir)
     return 0;
 }
 
-static int name_cmp(const void *a, const void *b, void *arg)
-{
-    const char *names = arg;
-
-    return strcmp(names + *(const uint32_t *)a, names + *(const uint32_t *)b);
-}
-
 /* I/O thread. */
 static void job_run(wq_job *wj)
 {
@@ -200,7 +194,7 @@ static void job_run(wq_job *wj)
                      DIRA_MAX_NAMES, DIRA_MAX_BYTES);
         return;
     }
-    qsort_r(j->ls->off, j->ls->n, sizeof(*j->ls->off), name_cmp, j->ls->names);
+    gr__names_sort(j->ls->names, j->ls->off, j->ls->n);
 }
 
 static void stream_unref(dira_stream **sp);
@@ -307,19 +301,7 @@ static void ask(dira_stream *s)
 /* The position of name in l, or -1. */
 static long find(const dlisting *l, const char *name)
 {
-    size_t lo = 0, hi = l->n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(l->names + l->off[mid], name);
-        if (c == 0)
-            return (long)mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return gr__names_find(l->names, l->off, l->n, name);
 }
 
 /* Off: hints cleared (holds released), the order counted again. */
