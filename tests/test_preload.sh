@@ -65,14 +65,28 @@ run_both "cmp differ" 3000000 cmp "$dir/src/big.bin" "$dir/src/diff.bin"
 check "cmp differ: says where" grep -q "differ: byte 3000001" "$dir/cmp differ.pre"
 # md5sum over a directory of small files (the glob is in name order): the
 # daemon sees the opens in order and reads the files after each ahead of
-# it (read-ahead across files, granary.conf(5) dir_readahead).
+# it (read-ahead across files, granary.conf(5) dir_readahead), and the
+# shim's libgranary opens the files after each ahead of md5sum (its
+# directory scan, libgranary(3)); a second pass, warm, the same.
 stat_of() { $CTL -s "$dir/sock" stats --json | sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p"; }
 mkdir -p "$dir/src/ds"
 for i in $(seq 0 47); do head -c $((20000 + 97 * i)) /dev/urandom > "$dir/src/ds/s$(printf %02d $i)"; done
 pu=$(stat_of prefetch_used)
+lu=$(stat_of lookahead_used)
 run_both "md5sum of a directory" 900000 md5sum "$dir"/src/ds/*
 check "md5sum of a directory: the daemon read ahead across its files" \
     test "$(stat_of dir_readahead_streams)" -ge 1 -a "$(stat_of prefetch_used)" -ge $((pu + 30))
+run_both "md5sum of a directory, warm" 900000 md5sum "$dir"/src/ds/*
+# The shim's counters reach the daemon with a read a second after the last
+# report: Python reads the directory in name order, then one file again.
+pre $PY -c 'import glob, sys, time
+fs = sorted(glob.glob(sys.argv[1] + "/*"))
+n = sum(len(open(f, "rb").read()) for f in fs)
+time.sleep(1.2)
+open(fs[0], "rb").read(1)
+print(n)' "$dir/src/ds" > "$dir/scan.out" 2>&1
+check "a scan of a directory under the shim: its files were opened ahead" \
+    test "$(stat_of lookahead_used)" -ge $((lu + 30))
 run_both python 5000000 $PY -c \
     'import sys; sys.stdout.buffer.write(open(sys.argv[1], "rb").read())' "$dir/src/big.bin"
 run_both tar "$tree_bytes" tar cf - -C "$dir/src" tree
