@@ -2,6 +2,7 @@
  * dscan.c - directory scans for the look-ahead opens (dscan.h).
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -54,19 +55,22 @@ void gr__ds_reset(gr__dscan *s)
     scan_off(s, &off);
 }
 
-int gr__ds_list(const char *dir, gr__dlist *l)
+int gr__ds_list(gr_client *c, const char *dir, gr__dlist *l)
 {
-    DIR *d = opendir(dir);
+    gr_dir *d = gr_opendir(c, dir);
     size_t len = 0, cap = 0, ocap = 0;
-    struct dirent *e;
+    const gr_dirent *e;
     int rc = 0;
 
     memset(l, 0, sizeof(*l));
     if (!d)
         return -1;
-    while ((e = readdir(d))) {
-        size_t nl = strlen(e->d_name) + 1;
-        if (e->d_type != DT_REG && e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
+    while ((e = gr_readdir(d))) {
+        unsigned char type = e->type;
+        if (type == DT_REG || (e->has_stat && S_ISREG(e->st.st_mode)))
+            type = DT_REG;
+        size_t nl = strlen(e->name) + 1;
+        if (type != DT_REG && type != DT_LNK && type != DT_UNKNOWN)
             continue;
         if (l->n == GR_DS_MAX_NAMES || len + 1 + nl > GR_DS_MAX_BYTES) {
             rc = -1;
@@ -92,12 +96,14 @@ int gr__ds_list(const char *dir, gr__dlist *l)
             l->off = no;
             ocap = nc;
         }
-        l->names[len] = (char)e->d_type;        /* the type, then the name */
-        memcpy(l->names + len + 1, e->d_name, nl);
+        l->names[len] = (char)type;             /* the type, then the name */
+        memcpy(l->names + len + 1, e->name, nl);
         l->off[l->n++] = (uint32_t)(len + 1);
         len += 1 + nl;
     }
-    closedir(d);
+    if (!e && errno != 0)
+        rc = -1;                        /* (a listing cut short) */
+    gr_closedir(d);
     if (rc < 0) {
         gr__ds_list_free(l);
         return -1;

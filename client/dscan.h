@@ -10,8 +10,9 @@
  * before the open; this one takes the open's round trip out of the
  * reader's way for a warm file.  The rules are the same: three ascending
  * opens in one directory ask for its listing (which the caller makes with
- * gr__ds_list outside its lock: opendir(3) as this process, so only what
- * the process may list; regular files, links and entries of unknown type,
+ * gr__ds_list outside its lock: a registered dataset's manifest, else
+ * opendir(3) as this process, so only what the process may list; regular
+ * files, links and entries of unknown type,
  * sorted by name; at most GR_DS_MAX_NAMES names or GR_DS_MAX_BYTES of them,
  * else no scan there; a listing is used for a new scan GR_DS_TTL_MS at
  * most, then listed again), two equal strides between the listing
@@ -30,6 +31,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "granary.h"
 
 #define GR_DS_AHEAD      8              /* files named ahead of the last open */
 #define GR_DS_MAX_STRIDE 64
@@ -75,9 +78,12 @@ void gr__ds_fini(gr__dscan *s);
  */
 size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int *off);
 
-/* List directory dir into *l (sorted): 0, or -1 (cannot, too big, out of
- * memory: l empty).  No lock needed: it touches no scan. */
-int gr__ds_list(const char *dir, gr__dlist *l);
+/* List directory dir into *l (sorted) with gr_opendir on c: from a
+ * registered dataset's manifest where the daemon has one (no operation on
+ * the file system), else opendir(3) as this process.  0, or -1 (cannot,
+ * too big, out of memory: l empty).  Takes c's lock (gr_opendir's calls):
+ * call it without; it touches no scan. */
+int gr__ds_list(gr_client *c, const char *dir, gr__dlist *l);
 void gr__ds_list_free(gr__dlist *l);
 
 /* The listing of dir asked for (rc: gr__ds_list's), *l taken (emptied):

@@ -1102,7 +1102,7 @@ static void scan_list_unlock(gr_client *c)
     pthread_mutex_unlock(&c->lock);
     if (!dir)
         return;
-    rc = gr__ds_list(dir, &l);
+    rc = gr__ds_list(c, dir, &l);
     pthread_mutex_lock(&c->lock);
     c->ds_listing = 0;
     gr__ds_listed(&c->ds, dir, rc, &l);

@@ -279,6 +279,50 @@ START_TEST(test_listable_directory_as_user)
 }
 END_TEST
 
+/* Register src/ds as a dataset and wait for its manifest. */
+static void register_ds(void)
+{
+    char ds[1024];
+    gr_client *c = gr_connect(d.sock);
+    gr_field arg = { .name = "path", .is_text = 1, .text = ds, .len = 0 }, *out;
+    size_t n;
+    int ready = 0;
+
+    snprintf(ds, sizeof(ds), "%s/ds", d.src);
+    arg.len = strlen(ds);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_msg(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &n) == 0, "dataset add: %s",
+                  gr_strerror_last(c));
+    free(out);
+    for (int i = 0; i < 500 && !ready; i++) {
+        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &n), 0);
+        for (size_t k = 0; k < n; k++)
+            ready |= !strcmp(out[k].name, "state") && out[k].is_text && !strcmp(out[k].text, "ready");
+        free(out);
+        if (!ready)
+            tu_sleep_ms(20);
+    }
+    ck_assert_msg(ready, "the dataset's scan did not finish");
+    gr_disconnect(c);
+}
+
+/* A registered dataset's directory gets no read-ahead across its files: its
+ * opens are answered from the manifest, and resolving and judging hinted
+ * files would ask the file system what the manifest spares it (make
+ * bench's metadata run: 4.0 metadata operations per file of a cold epoch
+ * became 12.8, 0 of a warm one 1.0). */
+START_TEST(test_dataset_directory_not_followed)
+{
+    boot(NULL, 0755);
+    register_ds();
+    pass(0, 1, NFILES, 2);
+    ck_assert_uint_ge(tu_stat(&d, "dataset_opens"), NFILES);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_streams"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "dir_readahead_listings"), 0);
+    ck_assert_uint_eq(tu_stat(&d, "hint_entries_added"), 0);
+}
+END_TEST
+
 /* How many reloads d's log says are done. */
 static int reloads_done(void)
 {
@@ -368,6 +412,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_unlistable_directory);
     tcase_add_test(tc, test_listable_directory_as_user);
     tcase_add_test(tc, test_off);
+    tcase_add_test(tc, test_dataset_directory_not_followed);
     suite_add_tcase(s, tc);
     return s;
 }

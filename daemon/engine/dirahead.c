@@ -442,6 +442,18 @@ void dira_opened(dira_stream *s, const char *norm, int root)
         topup(s, (size_t)p);
 }
 
+void dira_elsewhere(dira_stream *s)
+{
+    if (!s || !s->dir)
+        return;
+    stream_off(s);
+    listing_unref(&s->ls);
+    free(s->dir);
+    s->dir = NULL;
+    s->gen++;                           /* (a job out for it finds another directory) */
+    s->asked = s->denied = 0;
+}
+
 dira_stream *dira_stream_new(dirahead *d, const access_cred *cred)
 {
     dira_stream *s;

@@ -69,6 +69,9 @@ void dirahead_free(dirahead **d);
  * then goes without).  Freed with dira_stream_free (NULL-safe), which
  * clears its hints at once; a job still out frees the rest when it ends. */
 dira_stream *dira_stream_new(dirahead *d, const access_cred *cred);
+/* An open the stream does not follow (a registered dataset's file): off,
+ * its hints cleared, the order counted afresh.  NULL-safe. */
+void dira_elsewhere(dira_stream *s);
 void dira_stream_free(dira_stream **s);
 
 /* The connection opened the file norm (normalised, beneath root) and was

@@ -155,9 +155,12 @@ static int check_proof(const conn *c, int proof, int judged, const srcfile *f, c
 }
 
 /* Answer an OPEN or OPENX of f: a handle, or the proof's refusal.
- * judged: access_check = judge has judged the peer (no proof needed). */
+ * judged: access_check = judge has judged the peer (no proof needed);
+ * dataset: f is a registered dataset's (from its manifest), whose
+ * directories get no read-ahead across files: its resolutions and
+ * judgements would ask the file system what the manifest spares it. */
 static void open_reply(conn *c, uint32_t req_id, int proof, int judged, srcfile *f,
-                       const openx_args *x)
+                       const openx_args *x, int dataset)
 {
     char err[320];
     int rc = check_proof(c, proof, judged, f, err, sizeof(err));
@@ -177,7 +180,10 @@ static void open_reply(conn *c, uint32_t req_id, int proof, int judged, srcfile 
         meta_cred(c, &cred);
         c->dira = dira_stream_new(c->srv->d.dra, &cred);
     }
-    dira_opened(c->dira, f->path, f->root);
+    if (dataset)
+        dira_elsewhere(c->dira);
+    else
+        dira_opened(c->dira, f->path, f->root);
 }
 
 static void open_run(wq_job *j)
@@ -227,7 +233,7 @@ static void open_done(wq_job *j)
         f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
         o->fd = -1;
         if (f)
-            open_reply(c, o->req_id, o->proof, o->judge, f, &o->x);
+            open_reply(c, o->req_id, o->proof, o->judge, f, &o->x, 0);
         else
             reply_error(c, o->x.op, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);
@@ -302,7 +308,7 @@ static int open_manifest(conn *c, uint32_t req_id, int proof, char **norm, int r
         return 1;
     }
     s->d.stats->dataset_opens++;
-    open_reply(c, req_id, proof, judged, f, x);
+    open_reply(c, req_id, proof, judged, f, x, 1);
     srcfile_unref(&f);
     return 1;
 }
@@ -528,7 +534,7 @@ static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int r
     if (f) {
         s->d.stats->attr_cache_hits++;
         free(norm);
-        open_reply(c, req_id, proof, 0, f, x);
+        open_reply(c, req_id, proof, 0, f, x, 0);
         srcfile_unref(&f);
         conn_latency(c, GR_LAT_open, t0);
         return;
