@@ -72,7 +72,7 @@ check "--help" test $? -eq 0
 # SIGHUP: live keys apply, others are named as needing a restart, a broken
 # file changes nothing; the daemon keeps serving throughout.
 cp "$dir/g.conf" "$dir/g.conf.orig"
-printf '[daemon]\nlog_level = debug\nmax_clients = 99\nmax_clients_per_uid = 77\n[source]\nattr_ttl = 5\nchunk_size = 2M\nmax_inflight = 8\n[prefetch]\nreadahead_max = 32M\nhint_window = 512M\nhint_max_entries = 1000\nhint_memory = 32M\nhint_memory_total = 300M\n[dram]\npolicy = epoch\nmax_leased_per_client = 128M\nclient_lease_cache = 16M\nclient_lease_ttl = 2\n[nvme]\npolicy = s3fifo\n[peer]\nnodes = 127.0.0.1:7070\nnodes_file = /dev/null\n' > "$dir/g.conf.add"
+printf '[daemon]\nlog_level = debug\nmax_clients = 99\nmax_clients_per_uid = 77\n[source]\nattr_ttl = 5\nchunk_size = 2M\nmax_inflight = 8\n[prefetch]\nreadahead_max = 32M\nhint_window = 512M\nhint_max_entries = 1000\nhint_memory = 32M\nhint_memory_total = 300M\ndir_readahead = 8\n[dram]\npolicy = epoch\nmax_leased_per_client = 128M\nclient_lease_cache = 16M\nclient_lease_ttl = 2\n[nvme]\npolicy = s3fifo\n[peer]\nnodes = 127.0.0.1:7070\nnodes_file = /dev/null\n' > "$dir/g.conf.add"
 merge_conf "$dir/g.conf.orig" "$dir/g.conf.add" > "$dir/g.conf"
 kill -HUP "$pid"
 sleep 0.5
