@@ -337,37 +337,12 @@ static void daemon_verdicts(const tree *t, const access_cred *cred, const char *
     }
 }
 
-static int dataset_ready(void *arg, const char *name, uint64_t value)
-{
-    (void)arg;
-    (void)name;
-    (void)value;
-    return 0;
-}
-
 /* Register dir as a dataset and wait for its manifest. */
 static void register_dataset(const tu_daemon *d, const char *dir)
 {
-    gr_client *c = gr_connect(d->sock);
-    gr_field arg = { .name = "path", .is_text = 1, .text = dir, .len = strlen(dir) }, *out;
-    size_t n;
-    int ready = 0;
+    char err[600];
 
-    ck_assert_ptr_nonnull(c);
-    ck_assert_msg(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &n) == 0, "dataset add: %s",
-                  gr_strerror_last(c));
-    free(out);
-    for (int i = 0; i < 500 && !ready; i++) {
-        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &n), 0);
-        for (size_t k = 0; k < n; k++)
-            ready |= !strcmp(out[k].name, "state") && out[k].is_text && !strcmp(out[k].text, "ready");
-        free(out);
-        if (!ready)
-            tu_sleep_ms(20);
-    }
-    ck_assert_msg(ready, "the dataset's scan did not finish");
-    gr_disconnect(c);
-    (void)dataset_ready;
+    ck_assert_msg(tu_register_dataset(d, dir, err, sizeof(err)) == 0, "%s", err);
 }
 
 /*

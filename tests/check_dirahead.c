@@ -12,7 +12,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,28 +281,10 @@ END_TEST
 /* Register src/ds as a dataset and wait for its manifest. */
 static void register_ds(void)
 {
-    char ds[1024];
-    gr_client *c = gr_connect(d.sock);
-    gr_field arg = { .name = "path", .is_text = 1, .text = ds, .len = 0 }, *out;
-    size_t n;
-    int ready = 0;
+    char ds[1024], err[600];
 
     snprintf(ds, sizeof(ds), "%s/ds", d.src);
-    arg.len = strlen(ds);
-    ck_assert_ptr_nonnull(c);
-    ck_assert_msg(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &n) == 0, "dataset add: %s",
-                  gr_strerror_last(c));
-    free(out);
-    for (int i = 0; i < 500 && !ready; i++) {
-        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &n), 0);
-        for (size_t k = 0; k < n; k++)
-            ready |= !strcmp(out[k].name, "state") && out[k].is_text && !strcmp(out[k].text, "ready");
-        free(out);
-        if (!ready)
-            tu_sleep_ms(20);
-    }
-    ck_assert_msg(ready, "the dataset's scan did not finish");
-    gr_disconnect(c);
+    ck_assert_msg(tu_register_dataset(&d, ds, err, sizeof(err)) == 0, "%s", err);
 }
 
 /* A registered dataset's directory gets no read-ahead across its files: its
@@ -337,28 +318,14 @@ static int reloads_done(void)
     return n;
 }
 
-/* Rewrite d's dir_readahead line to n and SIGHUP; wait for the reload. */
+/* Set dir_readahead to n by SIGHUP; wait for the reload. */
 static void set_files(int n)
 {
-    char *text = NULL, line[4096];
-    size_t len = 0;
+    char v[16];
     int r0 = reloads_done();
-    FILE *in = fopen(d.conf, "r"), *out = open_memstream(&text, &len);
 
-    ck_assert_ptr_nonnull(in);
-    while (fgets(line, sizeof(line), in)) {
-        if (!strncmp(line, "dir_readahead = ", 16))
-            fprintf(out, "dir_readahead = \"%d\"\n", n);
-        else
-            fputs(line, out);
-    }
-    fclose(in);
-    fclose(out);
-    in = fopen(d.conf, "w");
-    fputs(text, in);
-    fclose(in);
-    free(text);
-    kill(d.pid, SIGHUP);
+    snprintf(v, sizeof(v), "%d", n);
+    ck_assert_int_eq(tu_conf_reload(&d, "dir_readahead", v), 0);
     for (int i = 0; i < 500 && reloads_done() == r0; i++)
         tu_sleep_ms(10);
     ck_assert_int_gt(reloads_done(), r0);

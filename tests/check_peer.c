@@ -636,24 +636,7 @@ END_TEST
 /* Rewrite the [peer] nodes line of d's configuration to nodes and SIGHUP. */
 static void set_nodes(tu_daemon *d, const char *nodes)
 {
-    char *text = NULL, line[4096];
-    size_t len = 0;
-    FILE *in = fopen(d->conf, "r"), *out = open_memstream(&text, &len);
-
-    ck_assert_ptr_nonnull(in);
-    while (fgets(line, sizeof(line), in)) {
-        if (!strncmp(line, "nodes = ", 8))
-            fprintf(out, "nodes = \"%s\"\n", nodes);
-        else
-            fputs(line, out);
-    }
-    fclose(in);
-    fclose(out);
-    in = fopen(d->conf, "w");
-    fputs(text, in);
-    fclose(in);
-    free(text);
-    kill(d->pid, SIGHUP);
+    ck_assert_int_eq(tu_conf_reload(d, "nodes", nodes), 0);
 }
 
 static unsigned members_of(gr_client *c)

@@ -407,12 +407,11 @@ START_TEST(test_stat_readdir_from_the_spec)
     tu_daemon d;
     uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 16 + PROTO_MAX_PATH + 8];
     char top[600], p[700], long_path[PROTO_MAX_PATH + 2];
+    char err[600];
     struct stat st;
-    gr_client *c;
-    gr_field arg, *out;
-    size_t len, nout;
+    size_t len;
     proto_msg m;
-    int fd, ready = 0;
+    int fd;
 
     tu_daemon_init(&d, "[daemon]\nsocket_mode = 0666\n");
     chmod(d.dir, 0755);
@@ -427,21 +426,7 @@ START_TEST(test_stat_readdir_from_the_spec)
     snprintf(p, sizeof(p), "%s/file", top);
     tu_write_pattern(p, 9, 12345);
     ck_assert_int_eq(tu_daemon_start(&d), 0);
-    c = gr_connect(d.sock);
-    ck_assert_ptr_nonnull(c);
-    arg = (gr_field){ .name = "path", .is_text = 1, .text = top, .len = strlen(top) };
-    ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &nout), 0);
-    free(out);
-    for (int i = 0; i < 500 && !ready; i++) {
-        ck_assert_int_eq(gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &nout), 0);
-        for (size_t k = 0; k < nout; k++)
-            ready |= !strcmp(out[k].name, "state") && !strcmp(out[k].text, "ready");
-        free(out);
-        if (!ready)
-            tu_sleep_ms(20);
-    }
-    ck_assert(ready);
-    gr_disconnect(c);
+    ck_assert_msg(tu_register_dataset(&d, top, err, sizeof(err)) == 0, "%s", err);
     fd = raw_connect(&d);
 
     /* STAT of the file: 72 bytes, attributes at 0, valid_ms, reserved 0. */

@@ -280,3 +280,70 @@ uint64_t tu_stat(const tu_daemon *d, const char *name)
     gr_disconnect(c);
     return a.v;
 }
+
+int tu_register_dataset(const tu_daemon *d, const char *dir, char *err, size_t errlen)
+{
+    gr_client *c = gr_connect(d->sock);
+    gr_field arg = { .name = "path", .is_text = 1, .text = dir, .len = strlen(dir) }, *out;
+    size_t n;
+    int ready = 0;
+
+    if (!c) {
+        snprintf(err, errlen, "connect: %s", strerror(errno));
+        return -1;
+    }
+    if (gr_admin(c, GR_ADMIN_DATASET_ADD, &arg, 1, &out, &n) < 0) {
+        snprintf(err, errlen, "dataset add: %s", gr_strerror_last(c));
+        gr_disconnect(c);
+        return -1;
+    }
+    free(out);
+    for (int i = 0; i < 500 && !ready; i++) {
+        if (gr_admin(c, GR_ADMIN_DATASET_LIST, NULL, 0, &out, &n) < 0)
+            break;
+        for (size_t k = 0; k < n; k++)
+            ready |= !strcmp(out[k].name, "state") && out[k].is_text && !strcmp(out[k].text, "ready");
+        free(out);
+        if (!ready)
+            tu_sleep_ms(20);
+    }
+    gr_disconnect(c);
+    if (!ready)
+        snprintf(err, errlen, "the dataset's scan did not finish");
+    return ready ? 0 : -1;
+}
+
+int tu_conf_reload(tu_daemon *d, const char *key, const char *value)
+{
+    char *text = NULL, line[4096];
+    size_t len = 0, klen = strlen(key);
+    FILE *in = fopen(d->conf, "r"), *out;
+    int found = 0;
+
+    if (!in)
+        return -1;
+    if (!(out = open_memstream(&text, &len))) {
+        fclose(in);
+        return -1;
+    }
+    while (fgets(line, sizeof(line), in)) {
+        if (!strncmp(line, key, klen) && !strncmp(line + klen, " = ", 3)) {
+            fprintf(out, "%s = \"%s\"\n", key, value);
+            found = 1;
+        } else {
+            fputs(line, out);
+        }
+    }
+    fclose(in);
+    fclose(out);
+    if (found && (in = fopen(d->conf, "w"))) {
+        found = fputs(text, in) >= 0;
+        found &= fclose(in) == 0;
+    } else {
+        found = 0;
+    }
+    free(text);
+    if (!found)
+        return -1;
+    return kill(d->pid, SIGHUP);
+}

@@ -64,3 +64,13 @@ void tu_daemon_fini(tu_daemon *d);
 
 /* A stats counter by name via libgranary on d's socket; UINT64_MAX on error. */
 uint64_t tu_stat(const tu_daemon *d, const char *name);
+
+/* Register dir as a dataset on d (GR_ADMIN_DATASET_ADD) and wait up to 10 s
+ * for its manifest to be ready: 0, or -1 with the reason in err. */
+int tu_register_dataset(const tu_daemon *d, const char *dir, char *err, size_t errlen);
+
+/* Rewrite the line of key in d's configuration to key = "value" (every
+ * section's: keys are unique here) and SIGHUP the daemon; the caller waits
+ * for what the reload changes.  0, or -1 (the file could not be rewritten,
+ * or no such line). */
+int tu_conf_reload(tu_daemon *d, const char *key, const char *value);
