@@ -360,16 +360,25 @@ static int st_usable_locked(nvme_tier *s, int put)
     return 1;
 }
 
+/* Whether a side other than side has failed ST_FAIL_STREAK times in a row. */
+static int st_other_side_failing(const nvme_tier *s, int side)
+{
+    for (int i = 0; i < ST_SIDES; i++)
+        if (i != side && s->err_streak[i] >= ST_FAIL_STREAK)
+            return 1;
+    return 0;
+}
+
 /*
  * Account the outcome of one device operation on side (ST_SIDE_*; rc 0 or
- * -errno).  A success brings the tier back only if the other side is not
+ * -errno).  A success brings the tier back only if no other side is
  * failing too: a write going through says nothing of reads that fail.
  */
 static void st_note_locked(nvme_tier *s, int side, int rc)
 {
     if (rc == 0) {
         s->err_streak[side] = 0;
-        if (s->state != NVME_STATE_OK && s->err_streak[!side] < ST_FAIL_STREAK) {
+        if (s->state != NVME_STATE_OK && !st_other_side_failing(s, side)) {
             log_warn("nvme: %s is back (was %s)", s->path, nvme_state_name(s->state));
             s->state = NVME_STATE_OK;
             s->backoff_ns = ST_BACKOFF_MIN_NS;
@@ -385,7 +394,7 @@ static void st_note_locked(nvme_tier *s, int side, int rc)
     if (s->state == NVME_STATE_OK) {
         s->backoff_ns = ST_BACKOFF_MIN_NS;
         log_error("nvme: %s: %s %s; the NVMe tier is %s, serving from DRAM and the source",
-                  s->path, side == ST_SIDE_READ ? "reading" : "writing", strerror(-rc),
+                  s->path, side == ST_SIDE_WRITE ? "writing" : "reading", strerror(-rc),
                   rc == -ENOSPC || rc == -EDQUOT ? "full" : "offline");
     } else if (s->backoff_ns < ST_BACKOFF_MAX_NS) {
         s->backoff_ns *= 2;             /* a failed probe */
@@ -780,7 +789,7 @@ int nvme_get(nvme_tier *s, const uint8_t key[CHUNK_KEY_LEN], void *buf, size_t c
         nvme__unlock(s);
 
         rc = st_read_entry(s, e, buf);
-        st_note(s, ST_SIDE_READ, rc);
+        st_note(s, st_is_inline(e) ? ST_SIDE_READ_DB : ST_SIDE_READ, rc);
         if (rc == 0) {
             *len = e->len;
             st_unref(s, e, &s->st.hits);

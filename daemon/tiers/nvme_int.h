@@ -79,6 +79,8 @@ typedef struct st_class {
     uint32_t nfree, cfree;
 } st_class;
 
+enum { ST_SIDE_READ, ST_SIDE_READ_DB, ST_SIDE_WRITE, ST_SIDES };
+
 struct nvme_tier {
     char *path;
     uint64_t capacity, inline_max, max_chunk;
@@ -109,16 +111,20 @@ struct nvme_tier {
     int inflight;                       /* puts holding a reservation, not linked yet */
     nvme_stats st;
     /* Device health (nvme.c, st_usable_locked / st_note_locked): after
-     * ST_FAIL_STREAK device errors in a row on one side (reads, or
-     * writes) the tier goes offline (gets miss, puts refused) or, on
+     * ST_FAIL_STREAK device errors in a row on one side (reads of the
+     * data files, reads of RocksDB, or writes) the tier goes offline (gets miss, puts refused) or, on
      * ENOSPC, full (puts refused) until retry_ns, then lets one operation
      * probe the device; a success brings it back, a failure doubles the
      * back-off (up to ST_BACKOFF_MAX_NS).  The sides count apart: a device
      * whose reads all fail is broken however well its writes go, and the
      * write-behind of each chunk a failed read sent to the source would
-     * otherwise reset the count every time. */
+     * otherwise reset the count every time.  Reads of small chunks kept
+     * inside RocksDB count apart from reads of the data files: they may
+     * come from RocksDB's block cache, and their successes, completing
+     * between failing slot reads, kept a tier whose data files all fail
+     * to read online. */
     int state;                          /* NVME_STATE_* */
-    unsigned err_streak[2];             /* ST_SIDE_*: errors since that side's last success */
+    unsigned err_streak[ST_SIDES];             /* ST_SIDE_*: errors since that side's last success */
     uint64_t retry_ns, backoff_ns;
     /* The stats as of the last release of lock (nvme__unlock), for
      * nvme_get_stats without the lock: it runs on the event loop, which
@@ -129,7 +135,6 @@ struct nvme_tier {
 };
 
 #define ST_FAIL_STREAK      3
-enum { ST_SIDE_READ, ST_SIDE_WRITE };
 #define ST_BACKOFF_MIN_NS   (500ull * 1000 * 1000)
 #define ST_BACKOFF_MAX_NS   (30ull * 1000 * 1000 * 1000)
 
