@@ -15,13 +15,16 @@ void gr__ds_list_free(gr__dlist *l)
 {
     free(l->names);
     free(l->off);
+    free(l->loff);
+    free(l->lpos);
     memset(l, 0, sizeof(*l));
 }
 
 void gr__ds_init(gr__dscan *s)
 {
     memset(s, 0, sizeof(*s));
-    s->pos = -1;
+    for (int o = 0; o < GR_DS_ORDERS; o++)
+        s->pos[o] = -1;
 }
 
 static void drop_listing(gr__dscan *s)
@@ -37,15 +40,23 @@ void gr__ds_fini(gr__dscan *s)
     gr__ds_init(s);
 }
 
+/* Both orders counted afresh from the next open. */
+static void forget_orders(gr__dscan *s)
+{
+    for (int o = 0; o < GR_DS_ORDERS; o++) {
+        s->pos[o] = -1;
+        s->stride[o] = 0;
+    }
+}
+
 /* Off: the order counted again from the next open. */
 static void scan_off(gr__dscan *s, int *off)
 {
     if (s->on)
         *off = 1;
     s->on = 0;
-    s->rising = 0;
-    s->pos = -1;
-    s->stride = 0;
+    s->run = 0;
+    forget_orders(s);
 }
 
 void gr__ds_reset(gr__dscan *s)
@@ -104,11 +115,32 @@ int gr__ds_list(gr_client *c, const char *dir, gr__dlist *l)
     if (!e && errno != 0)
         rc = -1;                        /* (a listing cut short) */
     gr_closedir(d);
+    if (rc == 0 && l->n > 0) {
+        l->loff = malloc(l->n * sizeof(*l->loff));
+        l->lpos = malloc(l->n * sizeof(*l->lpos));
+        if (!l->loff || !l->lpos)
+            rc = -1;
+    }
     if (rc < 0) {
         gr__ds_list_free(l);
         return -1;
     }
+    if (l->n > 0)
+        memcpy(l->loff, l->off, l->n * sizeof(*l->loff));
     gr__names_sort(l->names, l->off, l->n);
+    /* loff ascends (the names were appended in listing order): where each
+     * name of the sorted order stands in the listing. */
+    for (size_t i = 0; i < l->n; i++) {
+        size_t lo = 0, hi = l->n;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (l->loff[mid] <= l->off[i])
+                lo = mid;
+            else
+                hi = mid;
+        }
+        l->lpos[i] = (uint32_t)lo;
+    }
     return 0;
 }
 
@@ -130,8 +162,7 @@ void gr__ds_listed(gr__dscan *s, const char *dir, int rc, gr__dlist *l)
     s->listed = 1;
     s->listed_ms = gr__now_ms();
     s->listings++;
-    s->pos = -1;                /* (positions from the next open, in this listing) */
-    s->stride = 0;
+    forget_orders(s);           /* (positions from the next open, in this listing) */
 }
 
 /* The position of name in the listing, or -1. */
@@ -140,16 +171,19 @@ static long find(const gr__dscan *s, const char *name)
     return gr__names_find(s->ls.names, s->ls.off, s->ls.n, name);
 }
 
-/* Name the files of the stride up to GR_DS_AHEAD past position p: regular
- * files, and links or entries of unknown type that stat(2) says are. */
+/* Name the files of the stride up to GR_DS_AHEAD past position p of the
+ * order that is on: regular files, and links or entries of unknown type
+ * that stat(2) says are. */
 static size_t name_ahead(gr__dscan *s, size_t p, char **out, size_t cap)
 {
-    size_t dlen = strlen(s->dir), end = p + (size_t)s->stride * GR_DS_AHEAD, k = 0;
+    size_t stride = (size_t)s->stride[s->order];
+    size_t dlen = strlen(s->dir), end = p + stride * GR_DS_AHEAD, k = 0;
+    const uint32_t *at = s->order == GR_DS_BY_NAME ? s->ls.off : s->ls.loff;
 
     if (s->next <= p)
-        s->next = p + (size_t)s->stride;
-    for (; k < cap && s->next <= end && s->next < s->ls.n; s->next += (size_t)s->stride) {
-        const char *name = s->ls.names + s->ls.off[s->next];
+        s->next = p + stride;
+    for (; k < cap && s->next <= end && s->next < s->ls.n; s->next += stride) {
+        const char *name = s->ls.names + at[s->next];
         size_t nl = strlen(name);
         char *path = malloc(dlen + nl + 2);
         struct stat st;
@@ -167,12 +201,34 @@ static size_t name_ahead(gr__dscan *s, size_t p, char **out, size_t cap)
     return k;
 }
 
+/*
+ * One open at position q of order o, o not on: a step of 1 to
+ * GR_DS_MAX_STRIDE is a candidate stride, the same again turns o on.
+ * Returns whether it would.
+ */
+static int order_step(gr__dscan *s, int o, long q)
+{
+    long st = q - s->pos[o];
+    int turn = 0;
+
+    if (s->pos[o] >= 0) {
+        if (st < 1 || st > GR_DS_MAX_STRIDE)
+            s->stride[o] = 0;
+        else if (st == s->stride[o])
+            turn = 1;
+        else
+            s->stride[o] = st;
+    }
+    s->pos[o] = q;
+    return turn;
+}
+
 size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int *off)
 {
     const char *slash = strrchr(path, '/');
     const char *name;
     size_t dlen;
-    long p;
+    long p, q[GR_DS_ORDERS];
 
     *off = 0;
     if (!slash || slash == path || strlen(slash + 1) >= sizeof(s->last))
@@ -188,46 +244,54 @@ size_t gr__ds_opened(gr__dscan *s, const char *path, char **out, size_t cap, int
         strcpy(s->last, name);
         return 0;
     }
-    if (strcmp(name, s->last) <= 0) {
-        scan_off(s, off);
-        strcpy(s->last, name);
+    if (strcmp(name, s->last) == 0) {
+        scan_off(s, off);               /* the same file again: no step of a scan */
         return 0;
     }
     strcpy(s->last, name);
-    s->rising++;
+    s->run++;
     if (s->unlisted)
         return 0;
-    /* A listing starts scans for GR_DS_TTL_MS; one that is on keeps it
-     * (what it names, the daemon judges at each open, or the process's own
-     * open(2) proves). */
-    if (s->listed && !s->on && gr__now_ms() - s->listed_ms > GR_DS_TTL_MS) {
-        drop_listing(s);
-        s->pos = -1;
-        s->stride = 0;
-    }
     if (!s->listed) {
-        if (s->rising >= 2)
+        if (s->run >= 2)
             s->want_list = 1;           /* (the caller lists it, unlocked) */
         return 0;
     }
     if ((p = find(s, name)) < 0)
         return 0;
-    if (s->pos >= 0) {
-        long st = p - s->pos;
-        if (st < 1 || st > GR_DS_MAX_STRIDE) {
-            scan_off(s, off);           /* not the listing's order: counted afresh */
-            s->rising = 1;
-        } else if (s->on && st != s->stride) {
-            scan_off(s, off);           /* another stride: a candidate */
-            s->rising = 1;
-            s->stride = st;
-        } else if (!s->on && st == s->stride) {
-            s->on = 1;
-            s->next = 0;
-        } else {
-            s->stride = st;
+    q[GR_DS_BY_NAME] = p;
+    q[GR_DS_BY_LISTING] = s->ls.lpos[p];
+    if (s->on) {
+        long st = q[s->order] - s->pos[s->order];
+        if (st == s->stride[s->order]) {
+            for (int o = 0; o < GR_DS_ORDERS; o++)
+                s->pos[o] = q[o];
+            return name_ahead(s, (size_t)q[s->order], out, cap);
         }
+        /* Out of the order: counted afresh, from this open if it stepped
+         * forward (its step a candidate), from the next if back. */
+        scan_off(s, off);
+        s->run = 1;
+        for (int o = 0; o < GR_DS_ORDERS; o++)
+            s->pos[o] = st > 0 ? q[o] : -1;
+        if (st > 0 && st <= GR_DS_MAX_STRIDE)
+            s->stride[s->order] = st;
+        return 0;
     }
-    s->pos = p;
-    return s->on ? name_ahead(s, (size_t)p, out, cap) : 0;
+    for (int o = 0; o < GR_DS_ORDERS; o++) {
+        if (!order_step(s, o, q[o]) || s->on)
+            continue;
+        /* A listing starts scans for GR_DS_TTL_MS (what one that is on
+         * names, the daemon judges at each open, or the process's own
+         * open(2) proves); an older one judged this open, a fresh one
+         * starts the scan. */
+        if (gr__now_ms() - s->listed_ms > GR_DS_TTL_MS) {
+            s->want_list = 1;
+            return 0;
+        }
+        s->on = 1;
+        s->order = o;
+        s->next = 0;
+    }
+    return s->on ? name_ahead(s, (size_t)q[s->order], out, cap) : 0;
 }

@@ -1,15 +1,16 @@
 /*
  * check_dscan.c - libgranary's directory scans (client/dscan.h), which feed
  * the look-ahead opens: the state machine on a real directory (name order
- * names every later file once, in order; two readers' strides; shuffled,
- * reverse and broken orders name nothing and turn a scan off; a directory
- * change), and against a real granaryd: a scan in name order has its opens
+ * and the listing's own order name every later file once, in order; two
+ * readers' strides; shuffled, reverse and broken orders name nothing, list
+ * the directory once and turn a scan off; a directory change), and against a real granaryd: a scan in name order has its opens
  * answered before it asks, every byte checked, nothing left open;
  * GRANARY_DIR_LOOKAHEAD=0 and a caller's own gr_open_ahead list stand it
  * down; a file that vanishes after the listing costs nothing but its own
  * failed open.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,10 @@ static void teardown(void)
 }
 
 /* d with NFILES files of FSIZE bytes (pattern 700 + i) in src/ds, named
- * f000.. in the order of i, plus a subdirectory (not a file: never named). */
+ * f000.. in the order of i, plus a subdirectory (not a file: never named).
+ * They are made out of name order (7 apart), so that a file system that
+ * lists in the order of creation (or its reverse: tmpfs) lists them in
+ * neither name order nor its reverse. */
 static void setup_files(void)
 {
     char sub[1100];
@@ -50,9 +54,11 @@ static void setup_files(void)
     tu_daemon_init(&d, "[prefetch]\ndir_readahead = 0\n");
     snprintf(dir, sizeof(dir), "%s/ds", d.src);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
-    for (int i = 0; i < NFILES; i++) {
+    for (int i = 0; i < NFILES; i++)
         snprintf(paths[i], sizeof(paths[i]), "%s/f%03d", dir, i);
-        tu_write_pattern(paths[i], 700 + (uint32_t)i, FSIZE);
+    for (int i = 0; i < NFILES; i++) {
+        int f = i * 7 % NFILES;
+        tu_write_pattern(paths[f], 700 + (uint32_t)f, FSIZE);
     }
     snprintf(sub, sizeof(sub), "%s/f010a", dir);
     ck_assert_int_eq(mkdir(sub, 0755), 0);
@@ -108,6 +114,91 @@ static size_t feed(gr__dscan *s, int first, int step, int last)
     return named;
 }
 
+/* The files in the order readdir(3) lists dir, read here (not by the
+ * code under test): lorder[k] is the k-th file listed; lpos[f] where file
+ * f stands among them. */
+static void listing_order(int lorder[NFILES], int lpos[NFILES])
+{
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    ck_assert_ptr_nonnull(dd);
+    while ((e = readdir(dd))) {
+        int f;
+        char end;
+        if (strlen(e->d_name) != 4 || sscanf(e->d_name, "f%3d%c", &f, &end) != 1)
+            continue;
+        ck_assert_int_lt(n, NFILES);
+        lpos[f] = n;
+        lorder[n++] = f;
+    }
+    closedir(dd);
+    ck_assert_int_eq(n, NFILES);
+}
+
+/* seq[0..n) with the files left out that would make three opens in a row
+ * a steady forward stride in name order or in the listing's (by chance:
+ * the listing's order is the file system's); the count kept. */
+static size_t unordered(int *seq, size_t n)
+{
+    int lorder[NFILES], lpos[NFILES];
+    size_t k = 0;
+
+    listing_order(lorder, lpos);
+    for (size_t i = 0; i < n; i++) {
+        int f = seq[i];
+        if (k >= 2) {
+            int a = seq[k - 2], b = seq[k - 1];
+            if ((f - b == b - a && f > b) || (lpos[f] - lpos[b] == lpos[b] - lpos[a] && lpos[f] > lpos[b]))
+                continue;
+        }
+        seq[k++] = f;
+    }
+    return k;
+}
+
+/* Feed opens of the files of the listing's order from the first of
+ * positions first, first + step, ... at which name order, which a scan
+ * follows where both would turn on, does not by chance (the sixth open
+ * turns one on), step apart; what is named is the files of that stride past the open, in
+ * the listing's order, each once, and every file after the sixth open;
+ * the count named. */
+static size_t feed_listing(gr__dscan *s, int first, int step)
+{
+    int lorder[NFILES], lpos[NFILES], expect = -1;
+    size_t named = 0, opens = 0;
+
+    listing_order(lorder, lpos);
+    for (;; first += step) {
+        int a = lorder[first + 3 * step], b = lorder[first + 4 * step], c = lorder[first + 5 * step];
+        ck_assert_int_lt(first + 5 * step, NFILES / 2);
+        if (!(c > b && c - b == b - a))
+            break;
+    }
+    for (int k = first; k < NFILES; k += step) {
+        char *out[GR_DS_AHEAD];
+        int off;
+        size_t m = opened(s, paths[lorder[k]], out, &off);
+        opens++;
+        ck_assert_int_eq(off, 0);
+        for (size_t j = 0; j < m; j++) {
+            int at = -1;
+            for (int f = 0; f < NFILES; f++)
+                if (!strcmp(out[j], paths[f]))
+                    at = lpos[f];
+            ck_assert_msg(at > k, "named %s at the open of listing position %d", out[j], k);
+            if (expect >= 0)
+                ck_assert_int_eq(at, expect);
+            expect = at + step;
+            free(out[j]);
+            named++;
+        }
+    }
+    ck_assert_uint_eq(named, opens - 6);
+    return named;
+}
+
 /* Name order: listed once after the third open, on at the sixth, and from
  * then every later file named once (f006..f039); the subdirectory never. */
 START_TEST(test_scan_name_order)
@@ -135,20 +226,51 @@ START_TEST(test_scan_stride)
 }
 END_TEST
 
-/* Shuffled and reverse orders name nothing. */
-START_TEST(test_scan_shuffled_and_reverse)
+/* The order the directory lists its files in (tar, find, an unsorted
+ * os.listdir): listed once after the third open, on at the sixth, every
+ * later file named once in that order; one of two readers dealing them
+ * out the same. */
+START_TEST(test_scan_listing_order)
 {
-    static const int order[] = { 7, 3, 21, 30, 2, 15, 16, 9, 38, 1, 0, 27, 26, 33, 5, 12 };
     gr__dscan s;
-    int off;
-    char *out[GR_DS_AHEAD];
 
     setup_files();
     gr__ds_init(&s);
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+    ck_assert_uint_ge(feed_listing(&s, 0, 1), NFILES / 2);
+    ck_assert_int_eq(s.order, GR_DS_BY_LISTING);
+    ck_assert_uint_eq(s.listings, 1);
+    gr__ds_fini(&s);
+    gr__ds_init(&s);
+    ck_assert_uint_ge(feed_listing(&s, 1, 2), NFILES / 4);
+    gr__ds_fini(&s);
+}
+END_TEST
+
+/* Shuffled and reverse orders (fitting neither order) name nothing, and
+ * the directory is listed once for all of them. */
+START_TEST(test_scan_shuffled_and_reverse)
+{
+    int order[] = { 7, 3, 21, 30, 2, 15, 16, 9, 38, 1, 0, 27, 26, 33, 5, 12,
+                    39, 8, 22, 4, 31, 11, 19, 36, 6, 25, 14, 34, 10, 29, 17, 24 };
+    int rev[NFILES];
+    gr__dscan s;
+    int off;
+    char *out[GR_DS_AHEAD];
+    size_t n, nr;
+
+    setup_files();
+    n = unordered(order, sizeof(order) / sizeof(order[0]));
+    for (int i = 0; i < NFILES; i++)
+        rev[i] = NFILES - 1 - i;
+    nr = unordered(rev, NFILES);
+    ck_assert_uint_ge(n, 20);
+    ck_assert_uint_ge(nr, 20);
+    gr__ds_init(&s);
+    for (size_t i = 0; i < n; i++)
         ck_assert_uint_eq(opened(&s, paths[order[i]], out, &off), 0);
-    for (int i = NFILES - 1; i >= 0; i--)
-        ck_assert_uint_eq(opened(&s, paths[i], out, &off), 0);
+    for (size_t i = 0; i < nr; i++)
+        ck_assert_uint_eq(opened(&s, paths[rev[i]], out, &off), 0);
+    ck_assert_uint_eq(s.listings, 1);
     gr__ds_fini(&s);
 }
 END_TEST
@@ -339,6 +461,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_scan_name_order);
     tcase_add_test(tc, test_scan_stride);
+    tcase_add_test(tc, test_scan_listing_order);
     tcase_add_test(tc, test_scan_shuffled_and_reverse);
     tcase_add_test(tc, test_scan_breaks);
     tcase_add_test(tc, test_scan_names_regular_only);
