@@ -471,6 +471,22 @@ START_TEST(test_stats_without_lock)
 }
 END_TEST
 
+/* The data file of the last size class holding chunks replaced by a
+ * directory: its slot reads fail (pread: EISDIR, an I/O error). */
+static void break_slot_reads(fixture *f)
+{
+    int dfd, cls = -1;
+
+    for (int c = 0; c < f->s->ncls; c++)
+        if (f->s->cls[c].nslots > 0)
+            cls = c;
+    ck_assert_int_ge(cls, 0);
+    dfd = open(f->dir, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(dfd, 0);
+    ck_assert_int_ge(dup2(dfd, f->s->cls[cls].fd), 0);
+    close(dfd);
+}
+
 /*
  * A device whose reads fail while its writes go through goes offline: each
  * failed read sends its chunk to the source, whose write-behind is a
@@ -483,19 +499,11 @@ START_TEST(test_read_errors_offline_despite_writes)
 {
     fixture f;
     nvme_stats st;
-    int dfd, small = -1;
 
     fx_init(&f, 64 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(put(&f, 7, (uint64_t)i, 100 * KIB), 0);
-    for (int c = 0; c < f.s->ncls; c++)
-        if (f.s->cls[c].nslots > 0)
-            small = c;
-    ck_assert_int_ge(small, 0);
-    dfd = open(f.dir, O_RDONLY | O_DIRECTORY);
-    ck_assert_int_ge(dfd, 0);
-    ck_assert_int_ge(dup2(dfd, f.s->cls[small].fd), 0);
-    close(dfd);
+    break_slot_reads(&f);
     for (int i = 0; i < ST_FAIL_STREAK; i++) {
         ck_assert_int_eq(get_check(&f, 7, (uint64_t)i, 100 * KIB), -EIO);
         if (i + 1 < ST_FAIL_STREAK)
@@ -531,21 +539,13 @@ START_TEST(test_read_errors_offline_despite_inline_reads)
 {
     fixture f;
     nvme_stats st;
-    int dfd, slots = -1;
 
     fx_init(&f, 64 * MIB, 16 * KIB, MIB);
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(put(&f, 7, (uint64_t)i, 100 * KIB), 0);
         ck_assert_int_eq(put(&f, 9, (uint64_t)i, 12345), 0);
     }
-    for (int c = 0; c < f.s->ncls; c++)
-        if (f.s->cls[c].nslots > 0)
-            slots = c;
-    ck_assert_int_ge(slots, 0);
-    dfd = open(f.dir, O_RDONLY | O_DIRECTORY);
-    ck_assert_int_ge(dfd, 0);
-    ck_assert_int_ge(dup2(dfd, f.s->cls[slots].fd), 0);
-    close(dfd);
+    break_slot_reads(&f);
     for (int i = 0; i < ST_FAIL_STREAK; i++) {
         ck_assert_int_eq(get_check(&f, 7, (uint64_t)i, 100 * KIB), -EIO);
         if (i + 1 < ST_FAIL_STREAK)
