@@ -203,6 +203,16 @@ static int is_dead(gpu_dev *d)
     return __atomic_load_n(&d->dead, __ATOMIC_ACQUIRE);
 }
 
+/* A refused argument or a lack of memory leaves the context usable;
+ * anything else (a fault of an earlier copy shows up in later calls too)
+ * does not. */
+static int cuda_fatal(CUresult r)
+{
+    int e = gr__cuda_errno(r);
+
+    return e != EINVAL && e != ENOMEM && e != ENOTSUP;
+}
+
 /* ---- events ---- */
 
 /* An event from the pool, or a new one.  0 or the driver's error. */
@@ -1100,6 +1110,34 @@ static int check_dst(gpu_dev *d, const void *dst, uint64_t len)
     return -EFAULT;
 }
 
+/* Give back the leases of b's groups: fired ones, or every closed one when
+ * the context is dead (no host function will come), waiting for the
+ * releaser where it already claimed some.  No lock held. */
+static void retire(gpu_dev *d, struct gr_dev_batch *b)
+{
+    pthread_mutex_lock(&d->mu);
+    while (b->pending) {
+        gpu_group *g;
+        gr_ref **refs;
+        size_t n;
+        int dead = is_dead(d);
+        for (g = d->groups; g; g = g->next)
+            if (g->b == b && !g->claimed && (g->fired || dead))
+                break;
+        if (!g) {
+            pthread_cond_wait(&d->cv, &d->mu);
+            continue;
+        }
+        refs = claim_locked(g, &n);
+        pthread_mutex_unlock(&d->mu);
+        gr__ref_release_n(refs, n);
+        free(refs);
+        pthread_mutex_lock(&d->mu);
+        released_locked(d, g);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
 int gr_read_to_device_batch(gr_client *c, gr_dev_range *rg, size_t n, void *stream,
                             gr_dev_batch **out)
 {
@@ -1215,6 +1253,10 @@ int gr_read_to_device_batch(gr_client *c, gr_dev_range *rg, size_t n, void *stre
             rc = -gr__cuda_errno(r);
         }
     }
+    if (rc < 0 && j.cu_err && cuda_fatal(j.cu_err))
+        set_dead(d, j.cu_what, j.cu_err);
+    if (rc < 0 && is_dead(d))
+        retire(d, j.b);                 /* no host function will run for what was queued */
     pthread_mutex_lock(&d->mu);
     if (rc == 0 && out) {
         *out = j.b;                     /* the handle passes to the caller */
@@ -1242,14 +1284,7 @@ int gr_read_to_device_batch(gr_client *c, gr_dev_range *rg, size_t n, void *stre
     dev_leave(d);
     if (rc < 0) {
         if (j.cu_err) {
-            /* A refused argument or a lack of memory leaves the context
-             * usable; anything else (a fault of an earlier copy shows up
-             * here too) does not. */
-            int e = gr__cuda_errno(j.cu_err);
-            if (e != EINVAL && e != ENOMEM && e != ENOTSUP) {
-                e = EIO;
-                set_dead(d, j.cu_what, j.cu_err);
-            }
+            int e = cuda_fatal(j.cu_err) ? EIO : gr__cuda_errno(j.cu_err);
             return gr__fail(c, e, "%s: %s", j.cu_what,
                             gr__cuda_strerror(d->cu, j.cu_err, eb, sizeof(eb)));
         }
@@ -1276,34 +1311,6 @@ ssize_t gr_read_to_device(gr_file *f, void *dst, size_t len, off_t off, void *st
     if (gr_read_to_device_batch(gr__file_client(f), &r, 1, stream, batch) < 0)
         return -1;
     return (ssize_t)r.done;
-}
-
-/* Give back the leases of b's groups: fired ones, or every closed one when
- * the context is dead (no host function will come), waiting for the
- * releaser where it already claimed some.  No lock held. */
-static void retire(gpu_dev *d, struct gr_dev_batch *b)
-{
-    pthread_mutex_lock(&d->mu);
-    while (b->pending) {
-        gpu_group *g;
-        gr_ref **refs;
-        size_t n;
-        int dead = is_dead(d);
-        for (g = d->groups; g; g = g->next)
-            if (g->b == b && !g->claimed && (g->fired || dead))
-                break;
-        if (!g) {
-            pthread_cond_wait(&d->cv, &d->mu);
-            continue;
-        }
-        refs = claim_locked(g, &n);
-        pthread_mutex_unlock(&d->mu);
-        gr__ref_release_n(refs, n);
-        free(refs);
-        pthread_mutex_lock(&d->mu);
-        released_locked(d, g);
-    }
-    pthread_mutex_unlock(&d->mu);
 }
 
 int gr_dev_wait(gr_dev_batch *b)

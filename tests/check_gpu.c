@@ -24,6 +24,7 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,47 @@ START_TEST(test_copy_faults)
 }
 END_TEST
 
+/* A fault that surfaces after the batch's last group was closed (its host
+ * function queued, never to run on a dead context) but before the batch's
+ * own event was recorded: the call fails, no batch comes back, and the
+ * leases of the queued copies are still given back. */
+START_TEST(test_fault_after_last_group)
+{
+    gr_client *c;
+    gr_file *f;
+    CUdeviceptr dbuf;
+    gr_dev_batch *b = (gr_dev_batch *)1;
+    uint64_t r0, per_call;
+    char fail_at[32];
+
+    if (real_cuda())
+        return skip("a fault at a chosen cuEventRecord is the stand-in's (GR_STANDIN_FAIL_RECORD)");
+    cuda_up();
+    tu_write_pattern(src_path("a"), 9, 8 * CHUNK);
+    setenv("GRANARY_LEASE_CACHE", "0", 1);      /* leases_active: the GPU path's only */
+    c = connect_ok();
+    unsetenv("GRANARY_LEASE_CACHE");
+    f = open_ok(c, "a");
+    dbuf = dalloc(8 * CHUNK, 0);
+    ck_assert_int_eq(copy_wait(f, dbuf, 8 * CHUNK, 0), 8 * CHUNK);     /* warm, registered */
+    r0 = sa("event_records");
+    ck_assert_int_eq(copy_wait(f, dbuf, 8 * CHUNK, 0), 8 * CHUNK);
+    per_call = sa("event_records") - r0;
+    ck_assert_uint_ge(per_call, 2);     /* the last group's event, then the batch's */
+    snprintf(fail_at, sizeof(fail_at), "%" PRIu64, sa("event_records") + per_call);
+    setenv("GR_STANDIN_FAIL_RECORD", fail_at, 1);
+    ck_assert_int_eq(gr_read_to_device(f, (void *)(uintptr_t)dbuf, 8 * CHUNK, 0, NULL, &b), -1);
+    unsetenv("GR_STANDIN_FAIL_RECORD");
+    ck_assert_int_eq(errno, EIO);
+    ck_assert_ptr_null(b);
+    ck_assert_msg(strstr(gr_strerror_last(c), "CUDA_ERROR_ILLEGAL_ADDRESS"), "reason: %s",
+                  gr_strerror_last(c));
+    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    gr_close(f);
+    gr_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_bad_destination)
 {
     gr_client *c;
@@ -953,6 +995,7 @@ static Suite *gpu_suite(void)
     ADD(test_overlap);
     ADD(test_copy_refused);
     ADD(test_copy_faults);
+    ADD(test_fault_after_last_group);
     ADD(test_bad_destination);
     ADD(test_batch_many_files);
     ADD(test_tier);

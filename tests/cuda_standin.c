@@ -24,6 +24,10 @@
  *   GR_STANDIN_DELAY_US=N     every copy waits N us when it runs (completes late)
  *   GR_STANDIN_FAIL_COPY=N    the Nth cuMemcpyHtoDAsync is refused when queued
  *   GR_STANDIN_FAIL_ASYNC=N   the Nth cuMemcpyHtoDAsync faults when it runs (sticky)
+ *   GR_STANDIN_FAIL_RECORD=N  the Nth cuEventRecord (counter event_records)
+ *                             finds the context faulted (sticky): an earlier
+ *                             copy's fault surfacing in a later call, at a
+ *                             point of the test's choosing
  *   GR_STANDIN_NO_PROC=NAME   cuGetProcAddress does not know NAME
  *   GR_STANDIN_NOCOPY=1       copies move no bytes (to time the path above the
  *                             driver alone; every byte check then fails)
@@ -55,7 +59,7 @@
 #define SA_COUNTERS(X) \
     X(register_calls) X(registered) X(unregister_calls) X(register_readonly) X(register_denied) \
     X(htod_async) X(htod_registered) X(htod_pinned) X(htod_pageable) X(htod_sync) \
-    X(htod_sync_pinned) X(htod_sync_pageable) X(dtod) X(dtoh) X(host_funcs) \
+    X(htod_sync_pinned) X(htod_sync_pageable) X(dtod) X(dtoh) X(host_funcs) X(event_records) \
     X(use_after_unregister) X(streams) X(events) X(device_allocs) X(host_allocs) \
     X(bytes_htod) X(bytes_dtod)
 
@@ -634,10 +638,19 @@ static CUresult sa_cuEventDestroy(CUevent ev)
 static CUresult sa_cuEventRecord(CUevent ev, CUstream h)
 {
     CUresult r = ready(0);
+    long fail_at = env_long("GR_STANDIN_FAIL_RECORD", 0);
     op *o;
 
     if (r)
         return r;
+    pthread_mutex_lock(&g_mu);
+    if (++cnt.event_records == (uint64_t)fail_at && fail_at > 0) {
+        g_dead = r = CUDA_ERROR_ILLEGAL_ADDRESS;
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+        return r;
+    }
+    pthread_mutex_unlock(&g_mu);
     o = op_new(OP_EVENT);
     o->ev = ev;
     pthread_mutex_lock(&g_mu);
