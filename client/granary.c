@@ -127,6 +127,7 @@ struct gr_client {
     uint32_t nsegs;
     uint32_t rel[PROTO_MAX_RELEASE];    /* leases to give back */
     uint32_t nrel;
+    pid_t pid;                          /* the process that connected (see gr_disconnect) */
     char errtext[PROTO_MAX_ERRMSG + 1];
     const gr__gpu_hooks *gpu_hooks;     /* the GPU layer (client/gpu.c), or NULL */
     void *gpu_arg;
@@ -231,7 +232,9 @@ static void flush_releases(gr_client *c)
     uint8_t req[PROTO_HDR_LEN + 4 * PROTO_MAX_RELEASE];
     ssize_t n;
 
-    if (c->nrel == 0 || c->fd < 0)
+    if (c->fd < 0)
+        c->nrel = 0;                    /* the leases died with the connection */
+    if (c->nrel == 0)
         return;
     n = proto_enc_release(req, sizeof(req), take_id(c), c->rel, c->nrel);
     c->nrel = 0;
@@ -799,6 +802,7 @@ gr_client *gr_connect(const char *socket_path)
     pthread_mutex_init(&c->lock, NULL);
     c->next_id = 1;
     c->gen = 1;
+    c->pid = getpid();
     c->proof_fd = -1;
     c->staged_fd = -1;
     c->lc_env_max = UINT64_MAX;
@@ -849,6 +853,19 @@ void gr_disconnect(gr_client *c)
 {
     if (!c)
         return;
+    if (c->pid != getpid()) {
+        /* Inherited across fork (the shim and the Python package free the
+         * parent's client at the child's first call): the connection, its
+         * leases and its CUDA state are the parent's.  Our copy of the
+         * socket closes without a word on it: a RELEASE or REPORT from here
+         * would give back leases the parent reads from, and lease ids the
+         * daemon hands out again.  The GPU state is left as it is (CUDA
+         * does not work in a forked child). */
+        if (c->fd >= 0)
+            close(c->fd);
+        c->fd = -1;
+        c->gpu_hooks = NULL;
+    }
     if (c->gpu_hooks)
         c->gpu_hooks->fini(c->gpu_arg);     /* waits for its copies, releases its refs */
     c->gpu_hooks = NULL;

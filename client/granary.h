@@ -73,7 +73,8 @@ gr_client *gr_connect(const char *socket_path);
 
 /* Close the connection and free c.  Files still open on c must not be used
  * afterwards (their handles die with the connection); free them with
- * gr_close first.  NULL-safe. */
+ * gr_close first.  NULL-safe.  In a child of fork(), the inherited c is
+ * only unmapped and freed: nothing is sent on the parent's connection. */
 void gr_disconnect(gr_client *c);
 
 /*

@@ -154,21 +154,6 @@ static char *src_path(const char *name)
     return p;
 }
 
-/* The daemon's counter, once it settles at want (RELEASE has no reply, so
- * another connection's STATS may overtake it): 2 s at most. */
-static uint64_t stat_settles(const char *name, uint64_t want)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 200; i++) {
-        v = tu_stat(&d, name);
-        if (v == want)
-            break;
-        tu_sleep_ms(10);
-    }
-    return v;
-}
-
 static gr_client *connect_ok(void)
 {
     gr_client *c = gr_connect(d.sock);
@@ -349,7 +334,7 @@ START_TEST(test_exact_ranges)
         ck_assert_uint_eq(sa("use_after_unregister"), 0);
     }
     gr_disconnect(c);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     ck_assert_uint_eq(tu_stat(&d, "gpu_copies"), 80);
     ck_assert_uint_eq(tu_stat(&d, "gpu_clients"), 1);
 }
@@ -445,7 +430,7 @@ static void ring_case(const char *knob, const char *value)
     }
     ck_assert_int_eq(gr_gpu_get_stats(c, &st), 0);
     gr_disconnect(c);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     ck_assert_uint_eq(sa("host_allocs"), 0);
     ck_assert_uint_eq(tu_stat(&d, "gpu_staged_bytes"), st.staged_bytes);
 }
@@ -483,7 +468,7 @@ START_TEST(test_ring_by_option)
     ck_assert_uint_eq(st.direct_bytes, 0);
     ck_assert_uint_eq(st.staged_bytes, st.bytes);
     gr_disconnect(c);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
 }
 END_TEST
 
@@ -507,7 +492,7 @@ START_TEST(test_leases_follow_copies)
     f = open_ok(c, "a");
     dbuf = dalloc(4 * CHUNK, 0);
     ck_assert_int_eq(copy_wait(f, dbuf, 4 * CHUNK, 0), 4 * CHUNK);     /* warm, registered */
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
 
     setenv("GR_STANDIN_DELAY_US", "80000", 1);      /* each copy runs 80 ms late */
     t0 = gr__now_s();
@@ -523,7 +508,7 @@ START_TEST(test_leases_follow_copies)
     ck_assert_uint_eq(st.batches_inflight, 1);
     ck_assert_int_eq(gr_dev_wait(b), 0);
     ck_assert_msg(gr__now_s() - t0 >= 0.3, "the wait returned before the copies ran");
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     ck_assert_int_eq(gr_gpu_get_stats(c, &st), 0);
     ck_assert_uint_eq(st.leased_bytes, 0);
     ck_assert_uint_eq(st.batches_inflight, 0);
@@ -533,7 +518,7 @@ START_TEST(test_leases_follow_copies)
                      4 * CHUNK);
     ck_assert_uint_eq(tu_stat(&d, "leases_active"), 4);
     tu_sleep_ms(400);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     unsetenv("GR_STANDIN_DELAY_US");
     h = dtoh(dbuf, 4 * CHUNK);
     ck_assert(tu_check_pattern(h, 4, 0, 4 * CHUNK));
@@ -588,7 +573,7 @@ START_TEST(test_overlap)
     gr_close(fa);
     gr_close(fb);
     gr_disconnect(c);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     cu->cuMemFree(da);
     cu->cuMemFree(db);
 }
@@ -620,7 +605,7 @@ START_TEST(test_copy_refused)
                   "reason: %s", gr_strerror_last(c));
     /* the two copies queued before it still hold their leases, then not */
     ck_assert_uint_ge(tu_stat(&d, "leases_active"), 1);
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     unsetenv("GR_STANDIN_FAIL_COPY");
     unsetenv("GR_STANDIN_DELAY_US");
     /* not fatal: the next call works */
@@ -662,7 +647,7 @@ START_TEST(test_copy_faults)
     ck_assert_int_eq(errno, EIO);
     ck_assert_msg(strstr(gr_strerror_last(c), "CUDA_ERROR_ILLEGAL_ADDRESS"), "reason: %s",
                   gr_strerror_last(c));
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     /* the context is gone for good: a clear error, no hang */
     ck_assert_int_eq(gr_read_to_device(f, (void *)(uintptr_t)dbuf, 100, 0, NULL, NULL), -1);
     ck_assert_int_eq(errno, EIO);
@@ -713,7 +698,7 @@ START_TEST(test_fault_after_last_group)
     ck_assert_ptr_null(b);
     ck_assert_msg(strstr(gr_strerror_last(c), "CUDA_ERROR_ILLEGAL_ADDRESS"), "reason: %s",
                   gr_strerror_last(c));
-    ck_assert_uint_eq(stat_settles("leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
     gr_close(f);
     gr_disconnect(c);
 }

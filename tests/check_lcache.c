@@ -504,22 +504,10 @@ static void sample_ln(gr_client *c, int i)
     sample(c, src_path(name), 100 + (uint32_t)i, 10000);
 }
 
-static int stat_cb(void *arg, const char *name, uint64_t value)
-{
-    uint64_t *want = arg;
-
-    if (strcmp(name, "handles_open") == 0)
-        *want = value;
-    return 0;
-}
-
 /* handles_open as c's own connection sees it: after everything c sent. */
 static uint64_t handles_seen_by(gr_client *c)
 {
-    uint64_t v = UINT64_MAX;
-
-    ck_assert_int_eq(gr_stats(c, stat_cb, &v), 0);
-    return v;
+    return tu_stat_on(c, "handles_open");
 }
 
 /* Opens in the hinted order: each one's OPENX went out with the open
@@ -788,6 +776,50 @@ START_TEST(test_lease_cache_off)
 }
 END_TEST
 
+/* A forked child that frees the client it inherited (the shim and the
+ * Python package do, at the child's first call) says nothing on the
+ * parent's connection: the parent keeps its leases, and its own releases
+ * later name leases the daemon still knows. */
+START_TEST(test_forked_child_lets_go_silently)
+{
+    gr_client *c;
+    gr_file *f;
+    uint64_t leases, errors, reads;
+    pid_t pid;
+    int status;
+
+    start(NULL);
+    tu_write_pattern(src_path("fk"), 11, CHUNK);
+    tu_write_pattern(src_path("fk2"), 12, CHUNK);
+    boot();
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    f = gr_open(c, src_path("fk"));
+    ck_assert_ptr_nonnull(f);
+    read_check(f, 11, 0, CHUNK);        /* its lease is kept */
+    leases = tu_stat_on(c, "leases_active");
+    errors = tu_stat_on(c, "lease_errors");
+    ck_assert_uint_ge(leases, 1);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        gr_disconnect(c);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_uint_eq(tu_stat_on(c, "leases_active"), leases);
+    reads = tu_stat_on(c, "read_requests");
+    read_check(f, 11, 0, CHUNK);        /* still served from the kept lease */
+    ck_assert_uint_eq(tu_stat_on(c, "read_requests"), reads);
+    sample(c, src_path("fk2"), 12, CHUNK);
+    gr_close(f);
+    gr_disconnect(c);
+    ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);
+    ck_assert_uint_eq(tu_stat(&d, "lease_errors"), errors);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("lcache");
@@ -812,6 +844,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_lookahead_across_a_restart);
     tcase_add_test(tc, test_lookahead_with_proofs);
     tcase_add_test(tc, test_open_ahead);
+    tcase_add_test(tc, test_forked_child_lets_go_silently);
     suite_add_tcase(s, tc);
     return s;
 }

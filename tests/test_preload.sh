@@ -232,9 +232,19 @@ def offsets():
     os.close(fd)
 
 
+def leases():
+    """The daemon's leases_active, asked by granaryctl (not under the shim);
+    None without a daemon."""
+    import json, subprocess
+    r = subprocess.run(["build/granaryctl", "-s", os.environ["GRANARY_SOCKET"], "stats",
+                        "--json"], capture_output=True, env=dict(os.environ, LD_PRELOAD=""))
+    return json.loads(r.stdout)["leases_active"] if r.returncode == 0 else None
+
+
 def fork():
     fd = os.open(big, os.O_RDONLY)
     assert os.read(fd, 1000) == data[:1000]
+    held = leases()                                          # the lease cache keeps its chunk
     pid = os.fork()
     if pid == 0:
         ok = os.read(fd, 1000) == data[1000:2000]          # inherited descriptor
@@ -243,6 +253,9 @@ def fork():
         os._exit(0 if ok else 1)
     _, st = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(st) == 0, "child failed"
+    # The child let go of the connection it inherited without a word on it:
+    # the leases the parent keeps are still the parent's.
+    assert held is None or (held >= 1 and leases() >= held), (held, leases())
     assert os.read(fd, 1000) == data[2000:3000]            # the child moved the shared offset
     assert open(big, "rb").read() == data
     os.close(fd)
@@ -411,8 +424,6 @@ def mmap_served():
     reads as zeros; munmap gives the leases back."""
     import ctypes, mmap
     import numpy as np
-    sock = os.environ["GRANARY_SOCKET"]
-
     def where(buf):
         addr = np.frombuffer(buf, dtype=np.uint8).ctypes.data
         for line in open("/proc/self/maps"):
@@ -420,13 +431,6 @@ def mmap_served():
             if lo <= addr < hi:
                 return line.split()[5:] and line.split()[5] or "anon"
         return "?"
-
-    def leases():
-        import json, subprocess
-        out = subprocess.run(["build/granaryctl", "-s", sock, "stats", "--json"],
-                             capture_output=True, check=True,
-                             env=dict(os.environ, LD_PRELOAD="")).stdout
-        return json.loads(out)["leases_active"]
 
     for flags in (mmap.MAP_SHARED, mmap.MAP_PRIVATE):
         with open(big, "rb") as f:

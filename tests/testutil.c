@@ -281,6 +281,28 @@ uint64_t tu_stat(const tu_daemon *d, const char *name)
     return a.v;
 }
 
+uint64_t tu_stat_on(gr_client *c, const char *name)
+{
+    tu_stat_arg a = { name, UINT64_MAX };
+
+    if (gr_stats(c, tu_stat_cb, &a) < 0)
+        return UINT64_MAX;
+    return a.v;
+}
+
+uint64_t tu_stat_settles(const tu_daemon *d, const char *name, uint64_t want)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 200; i++) {
+        v = tu_stat(d, name);
+        if (v == want)
+            break;
+        tu_sleep_ms(10);
+    }
+    return v;
+}
+
 int tu_register_dataset(const tu_daemon *d, const char *dir, char *err, size_t errlen)
 {
     gr_client *c = gr_connect(d->sock);

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+typedef struct gr_client gr_client;     /* granary.h */
+
 /* Make a fresh directory under $TMPDIR (or /tmp) named granary-test-XXXXXX.
  * Returns a malloc'd path; aborts the test process on failure. */
 char *tu_mkdtemp(void);
@@ -64,6 +66,14 @@ void tu_daemon_fini(tu_daemon *d);
 
 /* A stats counter by name via libgranary on d's socket; UINT64_MAX on error. */
 uint64_t tu_stat(const tu_daemon *d, const char *name);
+
+/* The counter as c's own connection sees it: after everything sent on that
+ * connection, by this process or another holding it.  UINT64_MAX on error. */
+uint64_t tu_stat_on(gr_client *c, const char *name);
+
+/* tu_stat, once it settles at want (RELEASE has no reply, so another
+ * connection's STATS may overtake it): 2 s at most.  The last value. */
+uint64_t tu_stat_settles(const tu_daemon *d, const char *name, uint64_t want);
 
 /* Register dir as a dataset on d (GR_ADMIN_DATASET_ADD) and wait up to 10 s
  * for its manifest to be ready: 0, or -1 with the reason in err. */
