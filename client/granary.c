@@ -304,6 +304,14 @@ static void report_lc(gr_client *c, int force)
         memcpy(c->lc_reported, cur, sizeof(cur));
 }
 
+void gr__report_now(gr_client *c)
+{
+    if (!c || c->pid != getpid() || pthread_mutex_trylock(&c->lock) != 0)
+        return;
+    report_lc(c, 1);
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* Release every lease of a READX reply nobody will read. */
 static void drop_readx(gr_client *c, const proto_msg *m)
 {
@@ -579,6 +587,15 @@ static int fd_high(int fd)
     return n;
 }
 
+static void drop_conn(gr_client *c);
+
+/* Whether c was inherited across fork: its connection, leases and handles
+ * are the parent's, and nothing may be sent on them from here. */
+static int inherited(const gr_client *c)
+{
+    return c->pid != getpid();
+}
+
 int gr__client_fd(gr_client *c)
 {
     return __atomic_load_n(&c->fd, __ATOMIC_RELAXED);
@@ -588,8 +605,15 @@ void gr__client_disown_fd(gr_client *c, int fd, int lock)
 {
     if (lock)
         pthread_mutex_lock(&c->lock);
-    if (c->fd == fd)
+    if (c->fd == fd) {
         __atomic_store_n(&c->fd, -1, __ATOMIC_RELAXED);
+        /* The connection is lost as if it broke: its handles, leases and
+         * look-aheads go with it (the next call reconnects on a new
+         * generation, re-opening files by path).  Not in a forked child
+         * (lock 0), whose copy of the client is only freed. */
+        if (lock)
+            drop_conn(c);
+    }
     if (lock)
         pthread_mutex_unlock(&c->lock);
 }
@@ -853,7 +877,7 @@ void gr_disconnect(gr_client *c)
 {
     if (!c)
         return;
-    if (c->pid != getpid()) {
+    if (inherited(c)) {
         /* Inherited across fork (the shim and the Python package free the
          * parent's client at the child's first call): the connection, its
          * leases and its CUDA state are the parent's.  Our copy of the
@@ -1443,6 +1467,8 @@ int gr_close(gr_file *f)
     if (!f)
         return 0;
     c = f->c;
+    if (inherited(c))
+        goto free_f;                    /* the handle is the parent's: no CLOSE */
     pthread_mutex_lock(&c->lock);
     /* A handle of a connection that is gone died with it: nothing to do.
      * Else a CLOSE that wants no reply: nothing can fail that the caller
@@ -1452,6 +1478,7 @@ int gr_close(gr_file *f)
     flush_releases(c);
     report_lc(c, 0);
     pthread_mutex_unlock(&c->lock);
+free_f:
     free(f->head);
     if (f->staged_fd >= 0)
         close(f->staged_fd);
@@ -1812,9 +1839,11 @@ retry:
     rc = file_ready(f, &deadline);
     k = chunk_of(f, (uint64_t)off / cs);
     /* (A soft entry serves copies only: this asks for a lease, and the
-     * entry gives way to the one that comes.) */
+     * entry gives way to the one that comes.  A kept entry whose block has
+     * a new generation lost its lease unseen, to a connection the daemon
+     * dropped: it is dropped, and a READX asks.) */
     if (rc == 0 && f->a.chunk_size && (e = gr__lc_find(&c->lc, &k, gr__now_ms())) &&
-        !e->soft) {
+        !e->soft && gr__lc_check_begin(&c->lc, e)) {
         len = ref_on_kept(c, f, e, r, (uint64_t)off, len, data);
         c->lc.hits++;
         c->lc.hit_bytes += len;
@@ -1946,6 +1975,11 @@ void gr_ref_release(gr_ref *r)
     c = r->c;
     if (!r->lease && !r->ent) {
         ref_release_locked(c, r);       /* a private copy: no lock needed */
+        return;
+    }
+    if (inherited(c)) {                 /* the lease is the parent's: kept */
+        free(r->heap);
+        free(r);
         return;
     }
     pthread_mutex_lock(&c->lock);
@@ -2337,14 +2371,22 @@ drop:
     return rc;
 }
 
-/* Send piece p: its file made ready on this connection first.  0, or
- * -errno (the file's error, or the connection's). */
-static int send_xpiece(gr_client *c, const gr__span *sp, xpiece *p, uint64_t *deadline)
+/* Send piece pend[i], its file made ready on this connection first.
+ * Where that re-open reconnected (file_ready), the other pieces' replies
+ * died with the old connection: they go out again (id 0).  0, or -errno
+ * (the file's error, or the connection's). */
+static int send_xpiece(gr_client *c, const gr__span *sp, xpiece *pend, int npend, int i,
+                       uint64_t *deadline)
 {
+    xpiece *p = &pend[i];
+    uint32_t gen = c->gen;
     int rc = file_ready(sp[p->span].f, deadline);
 
     if (rc < 0)
         return rc;
+    if (c->gen != gen)
+        for (int j = 0; j < npend; j++)
+            pend[j].id = 0;
     p->id = take_id(c);
     return send_readx(c, sp[p->span].f, p->id, p->off, (uint32_t)p->len, 0);
 }
@@ -2365,7 +2407,7 @@ int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, 
         for (i = 0; i < npend && !err; i++) {
             if (pend[i].id)
                 continue;
-            rc = send_xpiece(c, sp, &pend[i], &deadline);
+            rc = send_xpiece(c, sp, pend, npend, i, &deadline);
             if (rc < 0 && conn_lost(rc))
                 goto lost;
             if (rc < 0) {
@@ -2390,7 +2432,7 @@ int gr__read_extents(gr_client *c, const gr__span *sp, size_t n, gr__ext_cb cb, 
                 plen = end - soff;
             pend[npend++] = (xpiece){ 0, si, soff, plen };
             soff += plen;
-            rc = send_xpiece(c, sp, &pend[npend - 1], &deadline);
+            rc = send_xpiece(c, sp, pend, npend, npend - 1, &deadline);
             if (rc < 0 && conn_lost(rc))
                 goto lost;
             if (rc < 0) {
@@ -2482,6 +2524,14 @@ void gr__ref_release_n(gr_ref **refs, size_t n)
             c = refs[i]->c;
     if (!c)
         return;
+    if (inherited(c)) {                 /* the leases are the parent's: kept */
+        for (i = 0; i < n; i++)
+            if (refs[i]) {
+                free(refs[i]->heap);
+                free(refs[i]);
+            }
+        return;
+    }
     pthread_mutex_lock(&c->lock);
     for (i = 0; i < n; i++)
         if (refs[i])

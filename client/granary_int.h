@@ -142,6 +142,15 @@ int gr__fail(gr_client *c, int err, const char *fmt, ...) __attribute__((format(
 int gr__report(gr_client *c, const char *const *names, const uint64_t *values, size_t n);
 
 /*
+ * Send what the lease cache and the look-ahead counted since the last
+ * report now (they go with reads at most every second, and at
+ * gr_disconnect): for a process about to exit without disconnecting (the
+ * shim's destructor).  Nothing when another thread holds c (no waiting at
+ * exit) or c was inherited across fork.
+ */
+void gr__report_now(gr_client *c);
+
+/*
  * One request and its reply, for the request kinds outside granary.c
  * (meta.c): enc(arg, buf, cap, id) encodes the request with id (its length,
  * or -errno); the reply must be op's, and dec(arg, m) (m: the decoded

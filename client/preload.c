@@ -318,6 +318,8 @@ static void pl_atfork_parent(void)
 
 static void pl_atfork_child(void)
 {
+    pl__mmap_fork_child();
+    pl__stdio_fork_child();
     pl.forked = 1;
     pthread_mutex_unlock(&pl.lock);
 }
@@ -367,6 +369,19 @@ __attribute__((constructor)) static void pl_setup(void)
     pthread_atfork(pl_atfork_prepare, pl_atfork_parent, pl_atfork_child);
     pl_scan_inherited();
     pl__stdio_setup();
+}
+
+/* At exit: the connections' last counters (a process that exits seldom
+ * disconnects), unless another thread holds the table. */
+__attribute__((destructor)) static void pl_teardown(void)
+{
+    if (pl.forked || pthread_mutex_trylock(&pl.lock) != 0)
+        return;
+    pl_busy++;
+    for (pl_conn *c = pl.conns; c; c = c->next)
+        gr__report_now(c->c);
+    pl_busy--;
+    pthread_mutex_unlock(&pl.lock);
 }
 
 /* ------------------------------------------------------------------ */

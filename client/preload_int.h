@@ -21,6 +21,13 @@ PL_HIDDEN int pl__candidate(int fd);
  * descriptor 0 is a candidate (preload_stdio.c). */
 PL_HIDDEN void pl__stdio_setup(void);
 
+/* In the child after fork (the shim's atfork handler): the lock of the
+ * served mappings (preload_mmap.c) and of the cookie streams
+ * (preload_stdio.c), which another thread of the parent may have held,
+ * are made new, never waited for: the child has one thread. */
+PL_HIDDEN void pl__mmap_fork_child(void);
+PL_HIDDEN void pl__stdio_fork_child(void);
+
 /* The served file of fd with a reference for the caller (dropped with
  * pl__file_put, which may close it on the daemon), its gr_file in *f and
  * its size (fixed at open) in *size; NULL when fd is not served. */

@@ -31,7 +31,7 @@
  * connection's, as its descriptors are).
  *
  * Threads: pm.lock guards the list of mappings; never held across a call
- * to the daemon.
+ * to the daemon; made new in a child after fork.
  */
 #undef _FORTIFY_SOURCE
 #include <dlfcn.h>
@@ -66,6 +66,13 @@ static struct {
     pm_map *list;
     int n;                              /* entries (atomic reads outside the lock) */
 } pm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void pl__mmap_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    pm.lock = fresh;
+}
 
 static void *pm_real(void **slot, const char *name)
 {

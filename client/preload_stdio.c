@@ -31,7 +31,8 @@
  * not interposed (its stream reads the file, unserved).
  *
  * Threads.  ps.lock guards the list of cookie streams, looked up only by
- * fileno; the streams themselves are locked by glibc as usual.
+ * fileno (made new in a child after fork); the streams themselves are
+ * locked by glibc as usual.
  */
 #undef _FORTIFY_SOURCE
 #include <dlfcn.h>
@@ -60,6 +61,13 @@ static struct {
     pl_stream *list;
     int n;                              /* entries (atomic reads outside the lock) */
 } ps = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void pl__stdio_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    ps.lock = fresh;
+}
 
 /* ------------------------------------------------------------------ */
 /* The cookie functions.                                               */

@@ -777,14 +777,17 @@ START_TEST(test_lease_cache_off)
 END_TEST
 
 /* A forked child that frees the client it inherited (the shim and the
- * Python package do, at the child's first call) says nothing on the
- * parent's connection: the parent keeps its leases, and its own releases
- * later name leases the daemon still knows. */
+ * Python package do, at the child's first call; a C program may release
+ * its references and close its files first, as gr_disconnect asks) says
+ * nothing on the parent's connection: the parent keeps its leases and
+ * handles, and its own releases later name leases the daemon still knows. */
 START_TEST(test_forked_child_lets_go_silently)
 {
     gr_client *c;
-    gr_file *f;
-    uint64_t leases, errors, reads;
+    gr_file *f, *g;
+    gr_ref *r;
+    const void *p;
+    uint64_t leases, handles, errors, reads;
     pid_t pid;
     int status;
 
@@ -797,22 +800,34 @@ START_TEST(test_forked_child_lets_go_silently)
     f = gr_open(c, src_path("fk"));
     ck_assert_ptr_nonnull(f);
     read_check(f, 11, 0, CHUNK);        /* its lease is kept */
+    ck_assert_int_eq(gr_read_ref(f, 0, 100, &p, &r), 100);
     leases = tu_stat_on(c, "leases_active");
+    handles = tu_stat_on(c, "handles_open");
     errors = tu_stat_on(c, "lease_errors");
     ck_assert_uint_ge(leases, 1);
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        /* as libgranary(3) asks: references and files first */
+        gr_ref_release(r);
+        gr_close(f);
         gr_disconnect(c);
         _exit(0);
     }
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     ck_assert_uint_eq(tu_stat_on(c, "leases_active"), leases);
+    ck_assert_uint_eq(tu_stat_on(c, "handles_open"), handles);
+    ck_assert(tu_check_pattern(p, 11, 0, 100));
+    gr_ref_release(r);
     reads = tu_stat_on(c, "read_requests");
     read_check(f, 11, 0, CHUNK);        /* still served from the kept lease */
     ck_assert_uint_eq(tu_stat_on(c, "read_requests"), reads);
-    sample(c, src_path("fk2"), 12, CHUNK);
+    g = gr_open(c, src_path("fk2"));    /* takes the lowest free handle number */
+    ck_assert_ptr_nonnull(g);
+    read_check(g, 12, 0, CHUNK);
+    read_check(f, 11, 0, CHUNK);
+    gr_close(g);
     gr_close(f);
     gr_disconnect(c);
     ck_assert_uint_eq(tu_stat_settles(&d, "leases_active", 0), 0);

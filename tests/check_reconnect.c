@@ -19,6 +19,7 @@
 
 #include "clock.h"
 #include "granary.h"
+#include "granary_int.h"
 #include "testutil.h"
 
 #define FSIZE (1u << 20)        /* 16 chunks of the test daemon's 64K */
@@ -245,6 +246,47 @@ START_TEST(test_read_waits_for_restart)
 }
 END_TEST
 
+/* The program took the client's descriptor number over (what the shim
+ * does for a close or dup2 onto it): the connection counts as lost, so
+ * the next call reconnects on a new generation.  Files re-open by path
+ * (an old handle number never names a file of the new connection), and a
+ * look-ahead sent on the old socket is not waited for. */
+START_TEST(test_disowned_socket)
+{
+    gr_client *c;
+    gr_file *a, *b;
+    const char *ahead[1];
+    int fd;
+    double t0;
+
+    tu_write_pattern(src_path("a"), 31, FSIZE);
+    tu_write_pattern(src_path("b"), 32, FSIZE);
+    c = gr_connect(d.sock);
+    ck_assert_ptr_nonnull(c);
+    a = gr_open(c, src_path("a"));
+    ck_assert_ptr_nonnull(a);
+    read_check(a, 31, 0, 4096);
+    ahead[0] = src_path("b");
+    ck_assert_int_eq(gr_open_ahead(c, ahead, 1), 0);
+    fd = gr__client_fd(c);
+    ck_assert_int_ge(fd, 0);
+    gr__client_disown_fd(c, fd, 1);
+    close(fd);
+    t0 = now_s();
+    b = gr_open(c, src_path("b"));      /* reconnects */
+    ck_assert_msg(b != NULL, "open b: %s", gr_strerror_last(c));
+    ck_assert_msg(now_s() - t0 < 5, "the open waited %.1f s for the old socket", now_s() - t0);
+    read_check(b, 32, 0, 4096);
+    read_check(a, 31, 3 * 65536, 4096); /* a's bytes, not b's */
+    read_check(a, 31, 0, FSIZE);
+    ck_assert_int_eq(gr_close(a), 0);
+    read_check(b, 32, 0, FSIZE);        /* a's close closed nothing of b's */
+    ck_assert_int_eq(gr_close(b), 0);
+    gr_disconnect(c);
+    ck_assert_uint_eq(tu_stat_settles(&d, "handles_open", 0), 0);
+}
+END_TEST
+
 static Suite *reconnect_suite(void)
 {
     Suite *s = suite_create("reconnect");
@@ -258,6 +300,7 @@ static Suite *reconnect_suite(void)
     tcase_add_test(tc, test_gone_longer_than_window);
     tcase_add_test(tc, test_reconnect_disabled);
     tcase_add_test(tc, test_read_waits_for_restart);
+    tcase_add_test(tc, test_disowned_socket);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -452,17 +452,35 @@ class DeviceBatch:
     def __init__(self, client, handle, done):
         self._client = client
         self._h = handle
+        self._pid = os.getpid()
+        self._gen = client._gen         # the gr_client the handle belongs to
         self.done = done
+
+    def _live(self):
+        """Whether the handle is still to be waited for: False once the
+        client closed (its close waited for the copies and freed the
+        handle); OSError in a child of fork (the handle is the parent's,
+        whose gr_client the child freed)."""
+        c = self._client
+        if self._pid != os.getpid() or self._gen != c._gen:
+            self._h = None
+            raise OSError(_errno.ECHILD, "granary: this batch belongs to the parent process "
+                          "(copies queued before fork)")
+        if c._closed:
+            self._h = None
+        return self._h is not None
 
     def wait(self):
         """Block until the copies have completed; OSError (EIO) if one failed."""
+        if not self._h or not self._live():
+            return
         h, self._h = self._h, None
-        if h and _lib.gr_dev_wait(h) != 0:
+        if _lib.gr_dev_wait(h) != 0:
             raise _error(self._client._c)
 
     def poll(self):
         """True once the copies have completed (then wait() returns at once)."""
-        if not self._h:
+        if not self._h or not self._live():
             return True
         r = _lib.gr_dev_poll(self._h)
         if r < 0:
@@ -473,8 +491,7 @@ class DeviceBatch:
         # The handle is freed by a wait (the copies are short; their leases
         # come back on completion whatever happens here).
         try:
-            if self._h and not self._client._closed and self._client._pid == os.getpid():
-                self.wait()
+            self.wait()
         except Exception:
             pass
 

@@ -178,6 +178,37 @@ class OnStandIn(unittest.TestCase):
         finally:
             self.sa.free(dbuf)
 
+    def test_batch_across_fork(self):
+        """A child of fork may not wait for its parent's batch (the handle
+        is of the parent's gr_client, which the child's first call frees):
+        a clear ECHILD, and the parent's wait is unharmed."""
+        p, data = make_file("fork.bin", 1048576, 6)
+        dbuf = self.sa.alloc(len(data))
+        try:
+            os.environ["GR_STANDIN_DELAY_US"] = "20000"
+            try:
+                b = self.c.read_to_device([(p, 0, len(data), dbuf)], wait=False)
+            finally:
+                del os.environ["GR_STANDIN_DELAY_US"]
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    self.c.stats()          # the child's own connection
+                    try:
+                        b.wait()
+                    except OSError as e:
+                        code = 0 if e.errno == errno.ECHILD else 2
+                    del b                   # collected: nothing happens
+                finally:
+                    os._exit(code)
+            _, st = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(st), 0)
+            b.wait()
+            self.assertEqual(self.sa.read(dbuf, len(data)), data)
+        finally:
+            self.sa.free(dbuf)
+
     def test_bad_destination(self):
         p, _ = make_file("bad.bin", 1000, 3)
         host = ctypes.create_string_buffer(1000)
