@@ -376,6 +376,23 @@ static gr__lent *lc_keep(gr_client *c, const gr__ckey *k, const proto_extent *e,
     return ent;
 }
 
+/* lc_keep for a chunk the read that asked for it has just copied whole: a
+ * NOKEEP lease is given back at once (soft where the segment has a
+ * generation table), since no small reads over the chunk are coming and
+ * the daemon's reserve block it holds is what the next refused chunk
+ * needs: two whole-file readers each keeping their last one left no block
+ * of a small tier's reserve for a third, and it went to the heap.  Other
+ * leases are kept as lc_keep does.  1 when the lease is taken care of, 0
+ * when the caller gives it back itself. */
+static int lc_keep_read(gr_client *c, const gr__ckey *k, const proto_extent *e, uint64_t now)
+{
+    gr__lent *ent = lc_keep(c, k, e, now);
+
+    if (ent && ent->transient)
+        gr__lc_retire(&c->lc, ent);
+    return ent != NULL;
+}
+
 /* Map the segments a READX reply names for the first time, from the fds
  * that came with it (in the order of first mention).  Unused fds are
  * closed.  0 or -EPROTO (an extent outside its segment, a segment never
@@ -1008,6 +1025,7 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         uint64_t want, from, to;
         const uint8_t *p;
         gr__ckey k;
+        int kept;
         proto_extent_at(m, i, &e);
         want = pos < size ? (size - pos < cs ? size - pos : cs) : 0;
         if (cs == 0 || want == 0 || e.len != want || (i > 0 && pos >= pend))
@@ -1018,7 +1036,9 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         if (dst && to > from)
             copy_out(dst + (from - poff), p + (from - pos), to - from);
         k = chunk_of(f, pos / cs);
-        if (!lc_keep(c, &k, &e, now))
+        kept = from == pos && to == pos + e.len ? lc_keep_read(c, &k, &e, now)
+                                                  : lc_keep(c, &k, &e, now) != NULL;
+        if (!kept)
             queue_release(c, e.lease);
         pos += e.len;
     }

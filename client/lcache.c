@@ -229,6 +229,12 @@ gr__lent *gr__lc_insert_transient(gr__lcache *lc, const gr__ckey *k, uint32_t ge
     return e;
 }
 
+void gr__lc_retire(gr__lcache *lc, gr__lent *e)
+{
+    if (e->cached && !e->soft)
+        retire(lc, e);
+}
+
 void gr__lc_use(gr__lent *e)
 {
     e->users++;

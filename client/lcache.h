@@ -127,6 +127,12 @@ gr__lent *gr__lc_insert_transient(gr__lcache *lc, const gr__ckey *k, uint32_t ge
                                   uint32_t lease, const uint8_t *p, uint64_t len,
                                   uint64_t now_ms);
 
+/* Give hard entry e's lease back now, as if it had gone over the bytes:
+ * it stays as a soft entry where it can (a generation to check, no
+ * gr_ref in it), else it is dropped (released when its last user lets
+ * go). */
+void gr__lc_retire(gr__lcache *lc, gr__lent *e);
+
 /* A gr_ref's hold on hard entry e: take it, and let go (the entry goes,
  * lease released, when it left the cache and this was its last user). */
 void gr__lc_use(gr__lent *e);

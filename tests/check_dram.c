@@ -390,6 +390,46 @@ START_TEST(test_refused_spill)
 }
 END_TEST
 
+/* A tier of few chunks keeps its reserve in whole chunks: the fractions
+ * that size it (an eighth, the segment rounding) used to leave less than
+ * one block beside the policy (20 MiB of 1 MiB chunks: a policy of 17.5 in
+ * an arena of 18), so with the policy full a second refused chunk in
+ * flight or read went to the heap (make bench's epoch policy at half the
+ * dataset: 137 of 160 chunks an epoch). */
+START_TEST(test_reserve_whole_chunks)
+{
+    const uint64_t ck = 1 << 20;
+    char err[256];
+    chunk *r[3], *c;
+    dram_stats st;
+
+    ck_assert_msg(dram_new(20 * ck, ck, "epoch", &tier, err, sizeof(err)) == 0, "%s", err);
+    dram_get_stats(tier, &st);
+    ck_assert_uint_ge(st.arena_bytes, st.policy_capacity + 3 * ck);
+    for (uint64_t i = 0; i < st.policy_capacity / ck; i++)
+        put(1, i, ck);
+    /* Full: three refused chunks read at once (two readers' fetches and a
+     * chunk still being sent) all get blocks of the reserve... */
+    for (int k = 0; k < 3; k++) {
+        r[k] = mk(2, (uint64_t)k, ck);
+        ck_assert(!r[k]->admitted);
+        ck_assert_ptr_nonnull(r[k]->ar);
+    }
+    dram_get_stats(tier, &st);
+    ck_assert_uint_eq(st.heap_fallbacks, 0);
+    ck_assert_uint_eq(st.evictions, 0);
+    /* ...and once they are idle the next one reuses a block. */
+    for (int k = 0; k < 3; k++) {
+        dram_put(tier, r[k]);
+        chunk_unref(&r[k]);
+    }
+    c = mk(2, 3, ck);
+    ck_assert_ptr_nonnull(c->ar);
+    chunk_unref(&c);
+    dram_free(&tier);
+}
+END_TEST
+
 START_TEST(test_too_small)
 {
     char err[256];
@@ -408,6 +448,7 @@ static Suite *cache_suite(void)
 
     tcase_add_test(tc, test_key_layout);
     tcase_add_test(tc, test_lru_capacity);
+    tcase_add_test(tc, test_reserve_whole_chunks);
     tcase_add_test(tc, test_ref_outlives_eviction);
     tcase_add_test(tc, test_replace_and_drop_prefix);
     tcase_add_test(tc, test_many_chunks_grow);
