@@ -376,21 +376,26 @@ static gr__lent *lc_keep(gr_client *c, const gr__ckey *k, const proto_extent *e,
     return ent;
 }
 
-/* lc_keep for a chunk the read that asked for it has just copied whole: a
- * NOKEEP lease is given back at once (soft where the segment has a
- * generation table), since no small reads over the chunk are coming and
- * the daemon's reserve block it holds is what the next refused chunk
- * needs: two whole-file readers each keeping their last one left no block
- * of a small tier's reserve for a third, and it went to the heap.  Other
- * leases are kept as lc_keep does.  1 when the lease is taken care of, 0
- * when the caller gives it back itself. */
+/* lc_keep for a chunk that one read has just copied whole: a NOKEEP lease
+ * is given back at once (soft where the segment has a generation table),
+ * since a reader that takes a whole chunk at a time is not about to make
+ * small reads over it, and the daemon's reserve block the lease holds is
+ * what the next refused chunk needs: two whole-file readers each keeping
+ * their last one left no block of a small tier's reserve for a third, and
+ * it went to the heap.  (A chunk that came with an OPENX is kept until a
+ * read takes it whole from the cache: serve_local.)  Other leases are kept
+ * as lc_keep does.  1 when the lease is taken care of, 0 when the caller
+ * gives it back itself. */
 static int lc_keep_read(gr_client *c, const gr__ckey *k, const proto_extent *e, uint64_t now)
 {
     gr__lent *ent = lc_keep(c, k, e, now);
+    int kept = ent != NULL;
 
-    if (ent && ent->transient)
+    if (ent && ent->transient) {
         gr__lc_retire(&c->lc, ent);
-    return ent != NULL;
+        c->lc.kept--;                   /* not kept after all (REPORT) */
+    }
+    return kept;
 }
 
 /* Map the segments a READX reply names for the first time, from the fds
@@ -1036,8 +1041,8 @@ static int64_t take_whole(gr_client *c, const gr_file *f, const proto_msg *m, ui
         if (dst && to > from)
             copy_out(dst + (from - poff), p + (from - pos), to - from);
         k = chunk_of(f, pos / cs);
-        kept = from == pos && to == pos + e.len ? lc_keep_read(c, &k, &e, now)
-                                                  : lc_keep(c, &k, &e, now) != NULL;
+        kept = dst && from == pos && to == pos + e.len ? lc_keep_read(c, &k, &e, now)
+                                                         : lc_keep(c, &k, &e, now) != NULL;
         if (!kept)
             queue_release(c, e.lease);
         pos += e.len;
@@ -1695,6 +1700,10 @@ static uint64_t serve_local(gr_client *c, gr_file *f, uint8_t *buf, uint64_t off
          * asked for again (and overwritten) from pos. */
         if (!gr__lc_check_end(&c->lc, e))
             break;
+        /* A read that took a NOKEEP chunk whole gives its lease back (see
+         * lc_keep_read); e may be gone after this. */
+        if (e->transient && pos == cstart && n == e->len)
+            gr__lc_retire(&c->lc, e);
         pos += n;
         from_lc += n;
     }

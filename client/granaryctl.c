@@ -865,7 +865,7 @@ static int cmd_warmup(int argc, char **argv)
 /* The counters top shows, by name. */
 typedef struct top_sample {
     uint64_t hits_dram, hits_nvme, misses, bytes_served, source_bytes_read, requests;
-    uint64_t dram_used, dram_cap, nvme_used, nvme_cap, connections, leased;
+    uint64_t dram_used, dram_cap, nvme_used, nvme_cap, connections, leased, loop_cpu_us;
 } top_sample;
 
 static int top_cb(void *arg, const char *name, uint64_t v)
@@ -887,6 +887,7 @@ static int top_cb(void *arg, const char *name, uint64_t v)
         { "nvme_capacity_bytes", offsetof(top_sample, nvme_cap) },
         { "connections", offsetof(top_sample, connections) },
         { "leased_bytes", offsetof(top_sample, leased) },
+        { "loop_cpu_microseconds", offsetof(top_sample, loop_cpu_us) },
     };
 
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -931,38 +932,42 @@ static int cmd_top(int argc, char **argv)
     if (gr_stats(c, top_cb, &prev) < 0)
         goto fail;
     if (!tty)
-        printf("%8s %8s %8s %10s %10s %9s %7s %7s %6s\n", "hit%", "dram%", "nvme%", "served/s",
-               "source/s", "req/s", "dramuse", "nvmeuse", "conns");
+        printf("%8s %8s %8s %10s %10s %9s %7s %7s %6s %6s\n", "hit%", "dram%", "nvme%", "served/s",
+               "source/s", "req/s", "dramuse", "nvmeuse", "conns", "loop%");
     for (long n = 0; iterations < 0 || n < iterations; n++) {
         struct timespec ts = { (time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9) };
         uint64_t look, hits;
+        double loop;
         nanosleep(&ts, NULL);
         memset(&cur, 0, sizeof(cur));
         if (gr_stats(c, top_cb, &cur) < 0)
             goto fail;
         hits = (cur.hits_dram - prev.hits_dram) + (cur.hits_nvme - prev.hits_nvme);
         look = hits + (cur.misses - prev.misses);
+        /* The event loop's share of one core: near 100%, it is the limit. */
+        loop = (double)(cur.loop_cpu_us - prev.loop_cpu_us) / (interval * 1e4);
         if (tty)
             printf("\033[H\033[2Jgranaryd: %llu connections, dram %.1f%% of %.1f GiB, nvme %.1f%% of %.1f GiB, "
                    "%.1f MiB leased\n\n"
                    "  hit ratio      %6.1f%%   (dram %.1f%%, nvme %.1f%%)\n"
                    "  served         %8.1f MB/s\n"
                    "  source read    %8.1f MB/s\n"
-                   "  requests       %8.0f /s\n",
+                   "  requests       %8.0f /s\n"
+                   "  event loop     %8.1f%% of a core\n",
                    (unsigned long long)cur.connections, pct(cur.dram_used, cur.dram_cap),
                    (double)cur.dram_cap / (1 << 30), pct(cur.nvme_used, cur.nvme_cap),
                    (double)cur.nvme_cap / (1 << 30), (double)cur.leased / (1 << 20), pct(hits, look),
                    pct(cur.hits_dram - prev.hits_dram, look), pct(cur.hits_nvme - prev.hits_nvme, look),
                    (double)(cur.bytes_served - prev.bytes_served) / interval / 1e6,
                    (double)(cur.source_bytes_read - prev.source_bytes_read) / interval / 1e6,
-                   (double)(cur.requests - prev.requests) / interval);
+                   (double)(cur.requests - prev.requests) / interval, loop);
         else
-            printf("%7.1f%% %7.1f%% %7.1f%% %10.1f %10.1f %9.0f %6.1f%% %6.1f%% %6llu\n", pct(hits, look),
+            printf("%7.1f%% %7.1f%% %7.1f%% %10.1f %10.1f %9.0f %6.1f%% %6.1f%% %6llu %5.1f%%\n", pct(hits, look),
                    pct(cur.hits_dram - prev.hits_dram, look), pct(cur.hits_nvme - prev.hits_nvme, look),
                    (double)(cur.bytes_served - prev.bytes_served) / interval / 1e6,
                    (double)(cur.source_bytes_read - prev.source_bytes_read) / interval / 1e6,
                    (double)(cur.requests - prev.requests) / interval, pct(cur.dram_used, cur.dram_cap),
-                   pct(cur.nvme_used, cur.nvme_cap), (unsigned long long)cur.connections);
+                   pct(cur.nvme_used, cur.nvme_cap), (unsigned long long)cur.connections, loop);
         fflush(stdout);
         prev = cur;
     }

@@ -80,6 +80,7 @@
     X(counter, connections_total,    "client connections accepted") \
     X(counter, connections_refused,  "client connections refused (max_clients, max_clients_per_uid, unidentified peer)") \
     X(counter, connections_failed,   "connections the daemon dropped because a reply could not be built") \
+    X(counter, loop_cpu_microseconds, "CPU time (user and system) of the event-loop thread, which takes every client's requests: a rate near 1,000,000 a second means it is the node's limit") \
     X(gauge,   connections,          "client connections open") \
     X(gauge,   fetches_inflight,     "chunk fetches in flight") \
     X(gauge,   source_running,       "tasks reading the source now ([source] max_inflight bounds it)") \

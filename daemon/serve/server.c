@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fdpass.h"
@@ -248,6 +249,7 @@ int server_metrics_jobs(void *arg, struct evbuffer *out)
 void server_snapshot(server *s, gr_stats *out)
 {
     dram_stats ds;
+    struct timespec cpu;
 
     *out = *s->d.stats;
     dram_get_stats(s->d.dram, &ds);
@@ -271,6 +273,8 @@ void server_snapshot(server *s, gr_stats *out)
     prefetcher_snapshot(s->d.pf, out);
     out->writeback_queue_bytes = fetcher_writeback_bytes(s->d.fx);
     out->connections = s->nconns;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+        out->loop_cpu_microseconds = (uint64_t)cpu.tv_sec * 1000000u + (uint64_t)cpu.tv_nsec / 1000u;
     if (s->d.nvme) {
         nvme_stats ns;
         nvme_get_stats(s->d.nvme, &ns);

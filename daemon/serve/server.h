@@ -80,7 +80,8 @@ void server_free(server **s);
  */
 int server_metrics_jobs(void *arg, struct evbuffer *out);
 
-/* Fill *out with counters and the tiers' gauges. */
+/* Fill *out with counters and the tiers' gauges.  Loop thread: the
+ * loop's CPU time is the calling thread's. */
 void server_snapshot(server *s, gr_stats *out);
 
 #endif

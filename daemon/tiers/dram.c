@@ -159,9 +159,9 @@ int dram_new_pages(uint64_t capacity, uint64_t max_chunk, const char *policy_nam
      * beyond the first in flight went to the heap (epoch at half the
      * dataset: 137 of 160 chunks an epoch, 0.3-0.45x lru's throughput).
      * In an arena of 16 chunks or more, at least RESERVE_MIN_CHUNKS
-     * blocks of the largest chunk stay out of the policy (from 32 on the
-     * fractions give that anyway); a smaller tier is a toy (tests), where
-     * three blocks would be most of the policy's. */
+     * blocks of the largest chunk stay out of the policy (the fractions
+     * give that anyway from about 40 chunks on); a smaller tier is a toy
+     * (tests), where three blocks would be most of the policy's. */
     rsv = RESERVE_MIN_CHUNKS * max_chunk;
     if (acap >= 16 * max_chunk && pcap + rsv > acap)
         pcap = acap - rsv;
