@@ -21,8 +21,8 @@
 #include "dram.h"
 
 #define SEGMENT_MAX (64ull << 20)
-/* Blocks of the largest chunk that the reserve keeps at least, however few
- * chunks the tier holds: a chunk in flight for each of two readers and a
+/* Blocks of the largest chunk that the reserve keeps at least in an arena
+ * of 16 chunks or more: a chunk in flight for each of two readers and a
  * refused chunk a client still reads (see dram_new_pages). */
 #define RESERVE_MIN_CHUNKS 3
 
