@@ -314,6 +314,95 @@ START_TEST(test_admin_fields_and_noreply)
 }
 END_TEST
 
+/* OPEN of path with fd `proof` passed beside it, as PROTOCOL.md's access
+ * proof: the reply's status, and the size it gives in *size. */
+static int32_t open_with_proof(int fd, uint32_t id, const char *path, int proof, uint64_t *size)
+{
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 4096];
+    ssize_t len = proto_enc_open(req, sizeof(req), id, path, strlen(path));
+    proto_msg m;
+
+    ck_assert_int_gt(len, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &proof, 1, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_uint_eq(m.h.req_id, id);
+    *size = m.h.status == 0 ? m.u.attr.size : 0;
+    return m.h.status;
+}
+
+/* Replace path by a new file (a new inode) of size bytes of pattern seed. */
+static void replace_file(const char *path, uint32_t seed, uint64_t size)
+{
+    char tmp[600];
+
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    tu_write_pattern(tmp, seed, size);
+    ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+/* The attribute cache and access proofs, from the spec (OPEN with the
+ * client's own fd beside it; a proof sent is checked even from root):
+ * - an entry past attr_ttl that the proof shows unchanged (device, inode,
+ *   size, mtime) answers without the daemon opening the file again
+ *   (attr_proof_revalidations; on MooseFS the daemon's lookup, open and
+ *   close of each file every warm epoch);
+ * - a proof of the file as it was, after it was replaced, prolongs the old
+ *   entry for its holder only: the next client's proof of the new file has
+ *   it resolved again, not refused;
+ * - a file replaced within attr_ttl is served as it now is (it was refused
+ *   with EACCES until the entry expired).
+ * Each open's size says which file the daemon took. */
+START_TEST(test_proof_revalidates)
+{
+    tu_daemon d;
+    char path[600];
+    uint64_t size, rv0;
+    int fd, p, old;
+
+    tu_daemon_init(&d, "[source]\nattr_ttl = 0.2\n");
+    snprintf(path, sizeof(path), "%s/x", d.src);
+    tu_write_pattern(path, 1, 1000);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    rv0 = tu_stat(&d, "attr_proof_revalidations");
+
+    old = open(path, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 1, path, old, &size), 0);     /* resolved */
+    ck_assert_uint_eq(size, 1000);
+    usleep(300 * 1000);                                                 /* expired */
+    ck_assert_int_eq(open_with_proof(fd, 2, path, old, &size), 0);
+    ck_assert_uint_eq(size, 1000);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
+
+    usleep(300 * 1000);
+    replace_file(path, 2, 2000);
+    /* The holder of the old file: answered from the old entry. */
+    ck_assert_int_eq(open_with_proof(fd, 3, path, old, &size), 0);
+    ck_assert_uint_eq(size, 1000);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 2);
+    /* Anyone opening the path now: the new file, at once. */
+    p = open(path, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 4, path, p, &size), 0);
+    ck_assert_uint_eq(size, 2000);
+    close(p);
+    /* ...and the old file's holder, now that the entry is the new file's:
+     * the proof is of another file (the path does not name it any more). */
+    ck_assert_int_eq(open_with_proof(fd, 5, path, old, &size), -EACCES);
+    close(old);
+
+    /* Replaced while the entry is fresh: the new file, not EACCES. */
+    replace_file(path, 3, 3000);
+    p = open(path, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 6, path, p, &size), 0);
+    ck_assert_uint_eq(size, 3000);
+    close(p);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 2);
+
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* Received fds kept: like raw_call, the fds into got (at most 4). */
 static ssize_t raw_call_fds(int fd, const void *buf, size_t len, uint8_t *rbuf, size_t rcap,
                             proto_msg *m, int *got, int *ngot)
@@ -999,6 +1088,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_refusal_reason);
     tcase_add_test(tc, test_admin_fields_and_noreply);
     tcase_add_test(tc, test_openx_from_the_spec);
+    tcase_add_test(tc, test_proof_revalidates);
     tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);
     tcase_add_test(tc, test_report);

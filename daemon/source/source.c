@@ -564,6 +564,20 @@ srcfile *source_lookup(source *s, const char *norm, double now)
     return srcfile_ref(f);
 }
 
+srcfile *source_revalidate(source *s, const char *norm, const struct stat *st, double now)
+{
+    srcfile *f = attr_find(s, norm);
+
+    if (!f || !S_ISREG(st->st_mode) || st->st_dev != f->st.st_dev || st->st_ino != f->st.st_ino ||
+        st->st_size != f->st.st_size || st->st_mtim.tv_sec != f->st.st_mtim.tv_sec ||
+        st->st_mtim.tv_nsec != f->st.st_mtim.tv_nsec)
+        return NULL;
+    f->checked_at = now;
+    gr__list_remove(&f->age);           /* checked now: the last to go for room */
+    gr__list_push_back(&s->age, &f->age);
+    return source_lookup(s, norm, now);
+}
+
 /* Close the fd of f (loop thread; nobody reads through it). */
 static void fd_drop(srcfile *f)
 {

@@ -106,6 +106,17 @@ void source_backend(source *s, struct backend *out);
  * NULL. */
 srcfile *source_lookup(source *s, const char *norm, double now);
 
+/* Loop thread: the cached srcfile for norm, expired or not, made good for
+ * another attr_ttl from time now, if st shows the identity it has (a
+ * regular file of the same device, inode, size and mtime); else NULL (the
+ * caller resolves norm as usual).  st is the fstat of a descriptor a client
+ * has just opened norm with, its access proof: the file as the client's
+ * open found it, so no file system operation is needed to re-check.  A
+ * client that lies about the name only prolongs an entry whose very inode
+ * it holds open; OPEN resolves again when a fresh entry and a proof
+ * disagree, so such an entry keeps nobody out (op_file.c). */
+srcfile *source_revalidate(source *s, const char *norm, const struct stat *st, double now);
+
 /* Loop thread: make a srcfile for (norm, root, st) seen at time now, cache
  * it (replacing an older entry), and return it with a new reference.  Takes
  * ownership of norm.  NULL only on out-of-memory (norm freed). */
