@@ -342,12 +342,13 @@ static void replace_file(const char *path, uint32_t seed, uint64_t size)
 /* The attribute cache and access proofs, from the spec (OPEN with the
  * client's own fd beside it; a proof sent is checked even from root):
  * - an entry past attr_ttl that the proof shows unchanged (device, inode,
- *   size, mtime) answers without the daemon opening the file again
+ *   size, mtime, ctime) answers without the daemon opening the file again
  *   (attr_proof_revalidations; on MooseFS the daemon's lookup, open and
  *   close of each file every warm epoch);
- * - a proof of the file as it was, after it was replaced, prolongs the old
- *   entry for its holder only: the next client's proof of the new file has
- *   it resolved again, not refused;
+ * - nothing else does: not a descriptor that is not open for reading, not
+ *   a file whose ctime moved (a chmod: an inode number come round again on
+ *   another file would show it too), not the file a replaced path used to
+ *   name (refused, as before);
  * - a file replaced within attr_ttl is served as it now is (it was refused
  *   with EACCES until the entry expired).
  * Each open's size says which file the daemon took. */
@@ -373,29 +374,38 @@ START_TEST(test_proof_revalidates)
     ck_assert_uint_eq(size, 1000);
     ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
 
+    /* Not for reading: refused, and it revalidates nothing. */
+    usleep(300 * 1000);
+    p = open(path, O_PATH);
+    ck_assert_int_eq(open_with_proof(fd, 3, path, p, &size), -EACCES);
+    close(p);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
+    /* The ctime moved: resolved again (and served). */
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    usleep(300 * 1000);
+    ck_assert_int_eq(open_with_proof(fd, 4, path, old, &size), 0);
+    ck_assert_uint_eq(size, 1000);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
+
+    /* The path replaced after the entry expired: the old file's holder is
+     * refused (the path does not name it), anyone opening it now gets the
+     * new file. */
     usleep(300 * 1000);
     replace_file(path, 2, 2000);
-    /* The holder of the old file: answered from the old entry. */
-    ck_assert_int_eq(open_with_proof(fd, 3, path, old, &size), 0);
-    ck_assert_uint_eq(size, 1000);
-    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 2);
-    /* Anyone opening the path now: the new file, at once. */
-    p = open(path, O_RDONLY);
-    ck_assert_int_eq(open_with_proof(fd, 4, path, p, &size), 0);
-    ck_assert_uint_eq(size, 2000);
-    close(p);
-    /* ...and the old file's holder, now that the entry is the new file's:
-     * the proof is of another file (the path does not name it any more). */
     ck_assert_int_eq(open_with_proof(fd, 5, path, old, &size), -EACCES);
     close(old);
+    p = open(path, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 6, path, p, &size), 0);
+    ck_assert_uint_eq(size, 2000);
+    close(p);
 
     /* Replaced while the entry is fresh: the new file, not EACCES. */
     replace_file(path, 3, 3000);
     p = open(path, O_RDONLY);
-    ck_assert_int_eq(open_with_proof(fd, 6, path, p, &size), 0);
+    ck_assert_int_eq(open_with_proof(fd, 7, path, p, &size), 0);
     ck_assert_uint_eq(size, 3000);
     close(p);
-    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 2);
+    ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
 
     close(fd);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);

@@ -196,8 +196,18 @@ START_TEST(test_attr_cache)
     ck_assert_ptr_eq(f, g);
     ck_assert_uint_eq(f->refs, 3);          /* cache + f + g */
     ck_assert_ptr_null(source_lookup(src, p, t + 1001));    /* past attr_ttl */
-    /* A fresh install replaces the entry; holders of the old one keep it. */
+    /* Installing the same file unchanged renews the entry (and keeps the
+     * fd it may hold)... */
     h = source_install(src, strdup(p), root, &st, t + 2000);
+    ck_assert_ptr_eq(h, f);
+    srcfile_unref(&h);
+    h = source_lookup(src, p, t + 2999);
+    ck_assert_ptr_eq(h, f);
+    srcfile_unref(&h);
+    /* ...a changed one replaces it; holders of the old one keep it. */
+    tu_write_pattern(p, 2, 20);
+    ck_assert_int_eq(source_stat(src, p, root, &st, err, sizeof(err)), 0);
+    h = source_install(src, strdup(p), root, &st, t + 3000);
     ck_assert_ptr_ne(h, f);
     ck_assert_uint_eq(f->refs, 2);
     ck_assert_int_eq(f->cached, 0);

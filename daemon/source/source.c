@@ -564,18 +564,24 @@ srcfile *source_lookup(source *s, const char *norm, double now)
     return srcfile_ref(f);
 }
 
-srcfile *source_revalidate(source *s, const char *norm, const struct stat *st, double now)
+int source_same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+srcfile *source_lookup_proven(source *s, const char *norm, const struct stat *st)
 {
     srcfile *f = attr_find(s, norm);
 
-    if (!f || !S_ISREG(st->st_mode) || st->st_dev != f->st.st_dev || st->st_ino != f->st.st_ino ||
-        st->st_size != f->st.st_size || st->st_mtim.tv_sec != f->st.st_mtim.tv_sec ||
-        st->st_mtim.tv_nsec != f->st.st_mtim.tv_nsec)
+    if (!f || !S_ISREG(st->st_mode) || st->st_nlink == 0 || !source_same_file(st, &f->st))
         return NULL;
-    f->checked_at = now;
-    gr__list_remove(&f->age);           /* checked now: the last to go for room */
-    gr__list_push_back(&s->age, &f->age);
-    return source_lookup(s, norm, now);
+    if (f->fd >= 0) {                   /* recently used: last to lose its fd */
+        gr__list_remove(&f->fdage);
+        gr__list_push_back(&s->fd_lru, &f->fdage);
+    }
+    return srcfile_ref(f);
 }
 
 /* Close the fd of f (loop thread; nobody reads through it). */
@@ -658,6 +664,23 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
     file_id(st, cs, f->id);
 
     old = attr_find(s, norm);
+    if (old && memcmp(old->id, f->id, FILE_ID_LEN) == 0 && source_same_file(&old->st, st)) {
+        /* The same file, unchanged: the entry (and the fd it may hold,
+         * which reads in flight use; its attributes are theirs to read, so
+         * they are not rewritten) stays, checked now.  Re-resolving a path
+         * over and over (a proof that disagrees with the entry) churns
+         * neither the table nor the fd cache. */
+        old->checked_at = now;
+        gr__list_remove(&old->age);
+        gr__list_push_back(&s->age, &old->age);
+        if (fd >= 0 && old->fd < 0)
+            fd_keep(s, old, fd);
+        else if (fd >= 0)
+            close(fd);
+        free(f->path);
+        free(f);
+        return srcfile_ref(old);
+    }
     if (old) {
         attr_unlink(s, old);
         srcfile_unref(&old);

@@ -106,19 +106,26 @@ void source_backend(source *s, struct backend *out);
  * NULL. */
 srcfile *source_lookup(source *s, const char *norm, double now);
 
-/* Loop thread: the cached srcfile for norm, expired or not, made good for
- * another attr_ttl from time now, if st shows the identity it has (a
- * regular file of the same device, inode, size and mtime); else NULL (the
- * caller resolves norm as usual).  st is the fstat of a descriptor a client
- * has just opened norm with, its access proof: the file as the client's
- * open found it, so no file system operation is needed to re-check.  A
- * client that lies about the name only prolongs an entry whose very inode
- * it holds open; OPEN resolves again when a fresh entry and a proof
- * disagree, so such an entry keeps nobody out (op_file.c). */
-srcfile *source_revalidate(source *s, const char *norm, const struct stat *st, double now);
+/* 1 when a and b are the same file unchanged: device, inode, size, mtime
+ * and ctime (which no user can set, and which any change of owner, mode or
+ * link count moves). */
+int source_same_file(const struct stat *a, const struct stat *b);
+
+/* Loop thread: the cached srcfile for norm, expired or not, with a new
+ * reference, if st (a regular file, still linked) is that same file
+ * (source_same_file); else NULL.  st is the fstat of a read descriptor a
+ * client has just opened norm with, its access proof: the file as the
+ * client's own open found it, so the caller may answer that client from
+ * the entry with no operation on the file system.  The entry is not made
+ * fresh for anyone else: a client that passes a descriptor of the file a
+ * name used to have gets only the inode it holds open, and the next open
+ * without such a proof resolves the name again. */
+srcfile *source_lookup_proven(source *s, const char *norm, const struct stat *st);
 
 /* Loop thread: make a srcfile for (norm, root, st) seen at time now, cache
- * it (replacing an older entry), and return it with a new reference.  Takes
+ * it (replacing an older entry; an entry of the same file, unchanged
+ * (source_same_file), stays, checked at now), and return it with a new
+ * reference.  Takes
  * ownership of norm.  NULL only on out-of-memory (norm freed). */
 srcfile *source_install(source *s, char *norm, int root, const struct stat *st, double now);
 /* The same with the file's open fd from source_stat_open (or -1), which it
