@@ -673,7 +673,9 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
         old->checked_at = now;
         gr__list_remove(&old->age);
         gr__list_push_back(&s->age, &old->age);
-        if (fd >= 0 && old->fd < 0)
+        /* Its fd is set only while no read can be looking at it (I/O
+         * threads read a srcfile they hold a reference to). */
+        if (fd >= 0 && old->fd < 0 && old->refs == (unsigned)old->cached)
             fd_keep(s, old, fd);
         else if (fd >= 0)
             close(fd);
