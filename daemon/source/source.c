@@ -566,9 +566,8 @@ srcfile *source_lookup(source *s, const char *norm, double now)
 
 int source_same_file(const struct stat *a, const struct stat *b)
 {
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+    return same_identity(a, b) && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
 srcfile *source_lookup_proven(source *s, const char *norm, const struct stat *st)
