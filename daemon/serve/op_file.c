@@ -134,17 +134,21 @@ static int proof_readable(int fd)
  * does); the file behind the fd must be the one the daemon resolved.  The
  * kernel has judged the client's credentials, ACLs and LSMs included, at
  * its open(2).  Root needs no proof (it may read everything), nor anyone
- * with [daemon] access_check = none; a proof sent is checked all the same.
- * 0; -ENOKEY when a proof is needed and none came (libgranary then sends
- * one); -EACCES when the proof is wrong.
+ * with [daemon] access_check = none; a proof sent is checked all the same,
+ * unless judged says access is established already (the judge's verdict,
+ * or proof_vs_cache's check of this proof against f).  0; -ENOKEY when a
+ * proof is needed and none came (libgranary then sends one); -EACCES when
+ * the proof is wrong.
  */
 static int check_proof(const conn *c, int proof, int judged, const srcfile *f, char *err,
                        size_t errlen)
 {
     struct stat st;
 
+    if (judged)
+        return 0;                   /* judged, or a proof already checked against f */
     if (proof < 0) {
-        if (c->cred.uid == 0 || judged || strcmp(c->srv->d.cfg->access_check, "none") == 0)
+        if (c->cred.uid == 0 || strcmp(c->srv->d.cfg->access_check, "none") == 0)
             return 0;
         snprintf(err, errlen, "access proof required: pass your own read fd of %.200s with "
                  "the OPEN (libgranary does)", f->path);
@@ -162,7 +166,9 @@ static int check_proof(const conn *c, int proof, int judged, const srcfile *f, c
 }
 
 /* Answer an OPEN or OPENX of f: a handle, or the proof's refusal.
- * judged: access_check = judge has judged the peer (no proof needed);
+ * judged: the peer's access to f is established already, so no proof is
+ * looked at (access_check = judge has judged it, or proof_vs_cache has
+ * checked its proof against f);
  * dataset: f is a registered dataset's (from its manifest), whose
  * directories get no read-ahead across files: its resolutions and
  * judgements would ask the file system what the manifest spares it. */
@@ -526,24 +532,23 @@ static int open_staged(conn *c, uint32_t req_id, int *proof, char **norm, int ro
  * again on another file matches no entry (chunk identities leave ctime out:
  * ARCHITECTURE.md, Known limits).  A descriptor not open for
  * reading is left to check_proof to refuse.  Returns the srcfile to answer
- * from (one reference), or NULL to resolve norm.
+ * from (one reference), or NULL to resolve norm; *proven is 1 when the
+ * proof was checked against it here (check_proof would pass: no second
+ * fstat of a descriptor on the DFS).
  */
-static srcfile *proof_vs_cache(conn *c, const char *norm, int proof, srcfile *f)
+static srcfile *proof_vs_cache(conn *c, const char *norm, int proof, srcfile *f, int *proven)
 {
     server *s = c->srv;
     struct stat st;
 
+    *proven = 0;
     if (!proof_readable(proof) || fstat(proof, &st) < 0)
         return f;                   /* check_proof refuses it */
-    if (f) {
-        if (source_same_file(&st, &f->st))
-            return f;
+    if (f && !source_same_file(&st, &f->st))
         srcfile_unref(&f);
-        return NULL;
-    }
-    f = source_lookup_proven(s->d.src, norm, &st);
-    if (f)
+    else if (!f && (f = source_lookup_proven(s->d.src, norm, &st)))
         s->d.stats->attr_proof_revalidations++;
+    *proven = f != NULL;
     return f;
 }
 
@@ -555,6 +560,7 @@ static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int r
     srcfile *f;
     openreq *o;
     int judged = proof < 0 && c->cred.uid != 0 && strcmp(s->d.cfg->access_check, "judge") == 0;
+    int proven = 0;
 
     /* With access_check = fd a proof is asked for before the file is
      * looked at: the answer is the same whether the file exists, is cached
@@ -576,11 +582,11 @@ static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int r
     /* A judged peer is judged on the file system, on an I/O thread. */
     f = judged ? NULL : source_lookup(s->d.src, norm, gr__now_s());
     if (proof >= 0)
-        f = proof_vs_cache(c, norm, proof, f);
+        f = proof_vs_cache(c, norm, proof, f, &proven);
     if (f) {
         s->d.stats->attr_cache_hits++;
         free(norm);
-        open_reply(c, req_id, proof, 0, f, x, 0);
+        open_reply(c, req_id, proof, proven, f, x, 0);
         srcfile_unref(&f);
         conn_latency(c, GR_LAT_open, t0);
         return;
