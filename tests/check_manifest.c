@@ -45,6 +45,8 @@ static struct stat mkst(mode_t mode, uint64_t size, uint64_t ino)
     st.st_nlink = 1;
     st.st_mtim.tv_sec = 1700000000 + (time_t)ino;
     st.st_mtim.tv_nsec = (long)ino * 7;
+    st.st_ctim.tv_sec = 1800000000 + (time_t)ino;       /* part of a chunk's identity */
+    st.st_ctim.tv_nsec = (long)ino * 11;
     st.st_blksize = 65536;
     return st;
 }
@@ -139,6 +141,8 @@ START_TEST(test_round_trip)
         ck_assert_uint_eq(e.st.st_size, 1000 + k);
         ck_assert_uint_eq(e.st.st_ino, 100 + k);
         ck_assert_int_eq(e.st.st_mtim.tv_nsec, (100 + k) * 7);
+        ck_assert_int_eq(e.st.st_ctim.tv_sec, 1800000000 + 100 + k);
+        ck_assert_int_eq(e.st.st_ctim.tv_nsec, (100 + k) * 11);
         ck_assert_uint_eq(e.st.st_dev, 42);
         ck_assert_uint_eq(e.st.st_blksize, 65536);
         if (prev != MF_NONE)
@@ -235,7 +239,7 @@ START_TEST(test_damaged_files_refused)
     snprintf(path, sizeof(path), "%s", path_in("d.man"));
     /* Flipped bits anywhere: the checksum. */
     build(path, 20);
-    poke(path, 128 + 72 * 5 + 41, 0x77);
+    poke(path, 128 + 88 * 5 + 41, 0x77);
     ck_assert_int_eq(mf_open(path, &m, err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err, "checksum"));
     /* Torn: cut short. */
@@ -249,12 +253,12 @@ START_TEST(test_damaged_files_refused)
      * as parent, children out of bounds, an unsorted directory, a name out
      * of the table. */
     static const struct { long off; uint8_t v; } breaks[] = {
-        { 128 + 72 * 6 + 0, 6 },            /* an entry its own parent */
-        { 128 + 72 * 3 + 8, 0xff },         /* children past the end */
-        { 128 + 72 * 7 + 12, 0x01 },        /* a name out of order */
-        { 128 + 72 * 7 + 15, 0x7f },        /* a name past the table */
-        { 128 + 72 * 7 + 18, 9 },           /* an unknown kind */
-        { 128 + 72 * 7 + 68, 5 },           /* an ACL that does not exist */
+        { 128 + 88 * 6 + 0, 6 },            /* an entry its own parent */
+        { 128 + 88 * 3 + 8, 0xff },         /* children past the end */
+        { 128 + 88 * 7 + 12, 0x01 },        /* a name out of order */
+        { 128 + 88 * 7 + 15, 0x7f },        /* a name past the table */
+        { 128 + 88 * 7 + 18, 9 },           /* an unknown kind */
+        { 128 + 88 * 7 + 68, 5 },           /* an ACL that does not exist */
         { 8, 0xff },                        /* entries: more than the file holds */
         { 90, 1 },                          /* reserved bytes */
     };

@@ -209,7 +209,8 @@ START_TEST(test_frames)
     peer_hello h = { .flags = PEER_F_RDMA }, h2;
     peer_challenge c = { .nonce = { 1 }, .mac = { 2 } }, c2;
     peer_welcome w = { .flags = 1, .rdma_port = 7071, .token = { 9 } }, w2;
-    peer_get g = { .req = 1, .idx = 2, .ino = 3, .size = 4, .mtime_ns = -5, .chunk_size = 65536,
+    peer_get g = { .req = 1, .idx = 2, .ino = 3, .size = 4, .mtime_ns = -5, .ctime_ns = 6,
+                   .chunk_size = 65536,
                    .path = "/data/a", .path_len = 7 }, g2;
     uint8_t mac[PEER_MAC_LEN] = { 3 }, mac2[PEER_MAC_LEN];
     int n;
@@ -251,6 +252,7 @@ START_TEST(test_frames)
     ck_assert_uint_eq(g2.path_len, 7);
     ck_assert_int_eq(memcmp(g2.path, "/data/a", 7), 0);
     ck_assert_int_eq(g2.mtime_ns, -5);
+    ck_assert_int_eq(g2.ctime_ns, 6);
     ck_assert_uint_eq(g2.chunk_size, 65536);
     CHECK_TRUNCATIONS(buf, n, peer_dec_get, &g2);
     /* A NUL inside the path, and a path length that runs past the frame. */

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +409,103 @@ START_TEST(test_proof_revalidates)
     ck_assert_uint_eq(tu_stat(&d, "attr_proof_revalidations"), rv0 + 1);
 
     close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
+/* The attack a review found on 2026-12-07, as an outsider makes it: root's
+ * file, readable by root alone, is cached and removed; nobody gets its
+ * inode number back on a file of her own (ext4 hands a freed inode to the
+ * next create), sets its size and mtime to the victim's and reads it
+ * through libgranary.  She must get her own bytes (zeros): a chunk's
+ * identity has the ctime, which no user can set.  Without it she got the
+ * victim's.  Child exit codes: 0 own bytes, 7 the victim's, 9 no inode came
+ * back (the file system does not reuse them: skipped, said so). */
+static int forge_reused_inode(const char *sock, const char *dir, const struct stat *vst)
+{
+    char path[700], buf[1000];
+    int fd = -1;
+
+    if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+        return 3;
+    for (int i = 0; i < 64; i++) {
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/w%d", dir, i);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 || fstat(fd, &st) < 0)
+            return 4;
+        if (st.st_ino == vst->st_ino)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        return 9;
+    struct timespec ts[2] = { vst->st_atim, vst->st_mtim };
+    if (ftruncate(fd, vst->st_size) < 0 || futimens(fd, ts) < 0)
+        return 5;
+    close(fd);
+    gr_client *c = gr_connect(sock);
+    gr_file *f = c ? gr_open(c, path) : NULL;
+    if (!f || gr_pread(f, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf)) {
+        fprintf(stderr, "forger: %s: %s\n", c ? "open or read" : "connect", strerror(errno));
+        return 6;
+    }
+    gr_close(f);
+    gr_disconnect(c);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        if (buf[i])
+            return 7;
+    return 0;
+}
+
+START_TEST(test_reused_inode_forgery)
+{
+    tu_daemon d;
+    char secret[600], victim[700], pub[600], buf[1000];
+    struct stat vst;
+    gr_client *c;
+    gr_file *f;
+    pid_t pid;
+    int status;
+
+    /* No held fds: the daemon keeps no victim inode alive. */
+    tu_daemon_init(&d, "[daemon]\nsocket_mode = 0666\n[source]\nfd_cache = 0\n");
+    snprintf(secret, sizeof(secret), "%s/secret", d.src);
+    snprintf(victim, sizeof(victim), "%s/v", secret);
+    snprintf(pub, sizeof(pub), "%s/pub", d.src);
+    ck_assert_int_eq(chmod(d.dir, 0755), 0);
+    ck_assert_int_eq(mkdir(secret, 0700), 0);
+    ck_assert_int_eq(mkdir(pub, 0777), 0);
+    ck_assert_int_eq(chmod(pub, 0777), 0);
+    tu_write_pattern(victim, 77, sizeof(buf));
+    ck_assert_int_eq(chmod(victim, 0600), 0);
+    ck_assert_int_eq(stat(victim, &vst), 0);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+
+    c = gr_connect(d.sock);                 /* root reads it: cached */
+    ck_assert_ptr_nonnull(c);
+    f = gr_open(c, victim);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(gr_pread(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+    ck_assert(tu_check_pattern(buf, 77, 0, sizeof(buf)));
+    gr_close(f);
+    gr_disconnect(c);
+    ck_assert_int_eq(unlink(victim), 0);
+
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(forge_reused_inode(d.sock, pub, &vst));
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 9)
+        fprintf(stderr, "SKIP test_reused_inode_forgery: %s hands out no freed inode "
+                        "again (64 creates), the attack cannot be staged here\n", pub);
+    else
+        ck_assert_msg(WEXITSTATUS(status) == 0, "forger's child: %d (7: served the victim's "
+                      "cached bytes)", WEXITSTATUS(status));
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
     tu_daemon_fini(&d);
 }
@@ -1099,6 +1197,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_admin_fields_and_noreply);
     tcase_add_test(tc, test_openx_from_the_spec);
     tcase_add_test(tc, test_proof_revalidates);
+    tcase_add_test(tc, test_reused_inode_forgery);
     tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);
     tcase_add_test(tc, test_report);

@@ -86,7 +86,7 @@ def handshake(k=None, name=myname.encode()):
     """A full handshake; returns (socket, welcome body) or (socket, None)."""
     s = connect()
     nc = os.urandom(32)
-    s.sendall(frame(1, b'GRPEER01' + struct.pack('<I', 0) + nc + str16(name)))
+    s.sendall(frame(1, b'GRPEER02' + struct.pack('<I', 0) + nc + str16(name)))
     t, body = recv_frame(s)
     assert t == 2, t
     ns, mac_s = body[:32], body[32:64]
@@ -103,9 +103,12 @@ def handshake(k=None, name=myname.encode()):
     return s, body if t == 4 else None
 
 
-def get(s, path, ino, size, mtime_ns, chunk, idx, req=7):
+def get(s, path, ino, size, mtime_ns, chunk, idx, req=7, ctime_ns=None):
     p = path.encode()
-    s.sendall(frame(5, struct.pack('<QQQQqIIH', req, idx, ino, size, mtime_ns, chunk, 0, len(p)) + p))
+    if ctime_ns is None:
+        ctime_ns = ct
+    s.sendall(frame(5, struct.pack('<QQQQqqIIH', req, idx, ino, size, mtime_ns, ctime_ns, chunk, 0,
+                                   len(p)) + p))
     t, body = recv_frame(s)
     assert t == 6, t
     rq, status, ln, h, flags, _, _, _ = struct.unpack('<QiIQIQIQ', body[:48])
@@ -114,6 +117,7 @@ def get(s, path, ino, size, mtime_ns, chunk, idx, req=7):
 
 st = os.stat(rootfile)
 mt = st.st_mtime_ns
+ct = st.st_ctime_ns
 CHUNK = int(os.environ.get('CHUNK', 1 << 20))
 
 # 1. The handshake as specified, then a chunk, verified both ways.
@@ -132,6 +136,8 @@ _, status, _, _, _ = get(s, os.path.dirname(rootfile) + '/../' + os.path.basenam
 check('a path with "..": -EACCES', status == -errno.EACCES)
 _, status, _, _, data = get(s, rootfile, st.st_ino, st.st_size + 1, mt, CHUNK, 0)
 check('attributes of another version: -ESTALE, no bytes', status == -errno.ESTALE and data == b'')
+_, status, _, _, data = get(s, rootfile, st.st_ino, st.st_size, mt, CHUNK, 0, ctime_ns=ct - 1)
+check('another ctime (an inode number come round again): -ESTALE', status == -errno.ESTALE)
 _, status, _, _, _ = get(s, rootfile, st.st_ino, st.st_size, mt, CHUNK, 1 << 40)
 check('a chunk past the end: -EINVAL', status == -errno.EINVAL)
 _, status, _, _, _ = get(s, rootfile, st.st_ino, st.st_size, mt, 0, 0)
@@ -154,26 +160,26 @@ s.close()
 # 3. GET before authenticating.
 s = connect()
 p = rootfile.encode()
-s.sendall(frame(5, struct.pack('<QQQQqIIH', 1, 0, st.st_ino, st.st_size, mt, CHUNK, 0, len(p)) + p))
+s.sendall(frame(5, struct.pack('<QQQQqqIIH', 1, 0, st.st_ino, st.st_size, mt, ct, CHUNK, 0, len(p)) + p))
 check('GET before HELLO: closed, no DATA', closed(s))
 s.close()
 
 # 4. HELLO naming no member, and naming the daemon itself.
 for who, desc in ((b'10.255.255.1:1', 'a name not in nodes'), (srvname.encode(), 'the daemon\'s own name')):
     s = connect()
-    s.sendall(frame(1, b'GRPEER01' + struct.pack('<I', 0) + os.urandom(32) + str16(who)))
+    s.sendall(frame(1, b'GRPEER02' + struct.pack('<I', 0) + os.urandom(32) + str16(who)))
     check('HELLO with %s: closed without a CHALLENGE' % desc, closed(s))
     s.close()
 
 # 5. Replaying a recorded AUTH on a new connection (a fresh nonce each time).
 s1 = connect()
 nc = os.urandom(32)
-s1.sendall(frame(1, b'GRPEER01' + struct.pack('<I', 0) + nc + str16(myname.encode())))
+s1.sendall(frame(1, b'GRPEER02' + struct.pack('<I', 0) + nc + str16(myname.encode())))
 t, body = recv_frame(s1)
 old_auth = mac(1, nc, body[:32], myname.encode(), srvname.encode())
 s1.close()
 s2 = connect()
-s2.sendall(frame(1, b'GRPEER01' + struct.pack('<I', 0) + nc + str16(myname.encode())))
+s2.sendall(frame(1, b'GRPEER02' + struct.pack('<I', 0) + nc + str16(myname.encode())))
 recv_frame(s2)
 s2.sendall(frame(3, old_auth))
 check('a replayed AUTH (same client nonce, new server nonce): refused', closed(s2))
@@ -183,8 +189,8 @@ s2.close()
 for blob, desc in ((struct.pack('<I', 0xffffffff) + b'\1', 'a 4 GiB frame length'),
                    (struct.pack('<I', 0) + b'\1', 'a zero frame length'),
                    (os.urandom(5000), '5000 random bytes'),
-                   (frame(1, b'GRPEER01' + b'\0' * 10), 'a truncated HELLO'),
-                   (frame(1, b'GRPEER01' + struct.pack('<I', 0) + os.urandom(32) + struct.pack('<H', 60000)),
+                   (frame(1, b'GRPEER02' + b'\0' * 10), 'a truncated HELLO'),
+                   (frame(1, b'GRPEER02' + struct.pack('<I', 0) + os.urandom(32) + struct.pack('<H', 60000)),
                     'a HELLO whose name runs past the frame')):
     s = connect()
     try:

@@ -2,7 +2,7 @@
  * manifest.c - see manifest.h.
  *
  * Header (128 bytes):
- *    0 u32 magic "GMF1"        4 u32 version (1)
+ *    0 u32 magic "GMF1"        4 u32 version (2; 1 had no ctime)
  *    8 u32 entries            12 u32 index of the top
  *   16 u64 regular files below the top
  *   24 u64 st_dev of the file system
@@ -12,13 +12,14 @@
  *   72 u32 length of the top's path (the names table starts with it)
  *   76..119 zero
  *  120 u64 XXH3-64 of every byte after the header
- * Entry (72 bytes):
+ * Entry (88 bytes):
  *    0 u32 parent (MF_NONE for "/")   4 u32 first child   8 u32 children
  *   12 u32 name offset   16 u16 name length   18 u8 kind (1 dir, 2 file)
  *   19 u8 flags (bit 0: a directory the scan could not list)
  *   20 u32 mode   24 u32 uid   28 u32 gid   32 u32 nlink   36 u32 mtime ns
  *   40 u64 size   48 u64 ino   56 i64 mtime s   64 u32 blksize
  *   68 u32 ACL (1-based index into the ACL table, 0 none)
+ *   72 i64 ctime s   80 u32 ctime ns   84 u32 zero
  * Then the names, then the ACL table (u32 offset, u32 length from the start
  * of the blobs, per ACL), then the blobs.
  */
@@ -39,9 +40,9 @@
 #include "manifest.h"
 
 #define MF_MAGIC      0x31464d47u       /* "GMF1" */
-#define MF_VERSION    1
+#define MF_VERSION    2
 #define MF_HDR        128
-#define MF_ENT        72
+#define MF_ENT        88
 #define MF_KIND_DIR   1
 #define MF_KIND_FILE  2
 #define MF_KIND_OTHER 3             /* a symbolic link or special file: named, never served */
@@ -263,6 +264,8 @@ void mf_get(const manifest *m, uint32_t idx, mf_entry *out)
     out->st.st_ino = (ino_t)gr__le_get64(e + 48);
     out->st.st_mtim.tv_sec = (time_t)gr__le_get64(e + 56);
     out->st.st_blksize = (blksize_t)gr__le_get32(e + 64);
+    out->st.st_ctim.tv_sec = (time_t)gr__le_get64(e + 72);
+    out->st.st_ctim.tv_nsec = (long)gr__le_get32(e + 80);
     out->st.st_blocks = (blkcnt_t)((gr__le_get64(e + 40) + 511) / 512);
     out->st.st_dev = m->dev;
     if (acl) {
@@ -354,9 +357,9 @@ typedef struct bnode {
     int64_t parent;             /* -1 for "/" */
     uint32_t name_off, name_len;
     int is_dir;
-    uint32_t mode, uid, gid, nlink, mtime_nsec, blksize;
+    uint32_t mode, uid, gid, nlink, mtime_nsec, ctime_nsec, blksize;
     uint64_t size, ino;
-    int64_t mtime_sec;
+    int64_t mtime_sec, ctime_sec;
     uint32_t acl;               /* 1-based index into acls, 0 none */
     int unlisted;
     uint32_t out;               /* its index in the manifest (at write) */
@@ -449,6 +452,8 @@ static int64_t add_node(mf_builder *b, int64_t parent, const char *name, size_t 
     n->nlink = (uint32_t)st->st_nlink;
     n->mtime_sec = (int64_t)st->st_mtim.tv_sec;
     n->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
+    n->ctime_sec = (int64_t)st->st_ctim.tv_sec;
+    n->ctime_nsec = (uint32_t)st->st_ctim.tv_nsec;
     n->blksize = (uint32_t)st->st_blksize;
     n->size = (uint64_t)st->st_size;
     n->ino = (uint64_t)st->st_ino;
@@ -623,6 +628,8 @@ int mf_build_write(mf_builder *b, const char *path, char *err, size_t errlen)
         gr__le_put64(e + 56, (uint64_t)v->mtime_sec);
         gr__le_put32(e + 64, v->blksize);
         gr__le_put32(e + 68, v->acl);
+        gr__le_put64(e + 72, (uint64_t)v->ctime_sec);
+        gr__le_put32(e + 80, v->ctime_nsec);
     }
     for (size_t a = 0; a < b->nacl; a++) {
         gr__le_put32(atab + 8 * a, b->acl_tab[a].off);

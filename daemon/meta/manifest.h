@@ -48,7 +48,7 @@ typedef struct mf_entry {
     int is_dir;
     int is_other;                   /* a symbolic link or special file (its lstat; no ACL) */
     int unlisted;                   /* a directory the scan could not list (its contents unknown) */
-    struct stat st;                 /* mode, uid, gid, nlink, size, ino, mtime, dev, blksize */
+    struct stat st;                 /* mode, uid, gid, nlink, size, ino, mtime, ctime, dev, blksize */
     const uint8_t *acl;             /* system.posix_acl_access, or NULL */
     uint32_t acl_len;
 } mf_entry;

@@ -407,6 +407,11 @@ static int64_t mtime_ns(const struct stat *st)
     return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
+static int64_t ctime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
 /* One GET on c and its answer: 0 with *d (and the bytes in rq->buf when
  * d->status is 0: inline, or read by RDMA and the lease given back), or
  * -errno: the connection is unusable. */
@@ -459,7 +464,7 @@ static ask_result ask(peers *p, pview *v, unsigned i, const backend_req *rq, siz
     double t0 = gr__now_s(), deadline = t0 + p->timeout;
     peer_get g = {
         .idx = rq->idx, .ino = (uint64_t)f->st.st_ino, .size = (uint64_t)f->st.st_size,
-        .mtime_ns = mtime_ns(&f->st), .chunk_size = f->chunk_size,
+        .mtime_ns = mtime_ns(&f->st), .ctime_ns = ctime_ns(&f->st), .chunk_size = f->chunk_size,
         .path_len = (uint16_t)strlen(f->path), .path = f->path,
     };
     peer_data d;
@@ -642,7 +647,7 @@ typedef struct preq {
     wq_job job;
     pconn *pc;
     uint64_t req, idx, ino, size;
-    int64_t mtime_ns;
+    int64_t mtime_ns, ctime_ns;
     uint32_t chunk_size;
     int rdma;                   /* the GET asked for RDMA */
     char *norm;
@@ -822,7 +827,8 @@ static void serve_file(preq *r, srcfile *f)
     peers *p = r->pc->p;
 
     if ((uint64_t)f->st.st_ino != r->ino || (uint64_t)f->st.st_size != r->size ||
-        mtime_ns(&f->st) != r->mtime_ns || f->chunk_size != r->chunk_size) {
+        mtime_ns(&f->st) != r->mtime_ns || ctime_ns(&f->st) != r->ctime_ns ||
+        f->chunk_size != r->chunk_size) {
         reply_status(r->pc, r->req, -ESTALE);
     } else if (r->idx >= (r->size + r->chunk_size - 1) / r->chunk_size && !(r->idx == 0 && r->size == 0)) {
         reply_status(r->pc, r->req, -EINVAL);
@@ -898,6 +904,7 @@ static void on_get(pconn *pc, const uint8_t *b, size_t len)
     r->ino = g.ino;
     r->size = g.size;
     r->mtime_ns = g.mtime_ns;
+    r->ctime_ns = g.ctime_ns;
     r->chunk_size = g.chunk_size;
     r->rdma = (g.flags & PEER_F_RDMA) != 0;
     r->fd = -1;

@@ -250,6 +250,7 @@ int peer_enc_get(uint8_t *buf, size_t cap, const peer_get *g)
     put64(&c, g->ino);
     put64(&c, g->size);
     put64(&c, (uint64_t)g->mtime_ns);
+    put64(&c, (uint64_t)g->ctime_ns);
     put32(&c, g->chunk_size);
     put32(&c, g->flags);
     put16(&c, g->path_len);
@@ -267,6 +268,7 @@ int peer_dec_get(const uint8_t *b, size_t len, peer_get *g)
     g->ino = get64(&c);
     g->size = get64(&c);
     g->mtime_ns = (int64_t)get64(&c);
+    g->ctime_ns = (int64_t)get64(&c);
     g->chunk_size = get32(&c);
     g->flags = get32(&c);
     g->path_len = get16(&c);

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PEER_MAGIC "GRPEER01"       /* 8 bytes, HELLO's first */
+#define PEER_MAGIC "GRPEER02"       /* 8 bytes, HELLO's first (02: GET has the ctime) */
 #define PEER_NONCE_LEN 32
 #define PEER_MAC_LEN 32
 #define PEER_TOKEN_LEN 32
@@ -66,6 +66,7 @@ typedef struct peer_get {
     uint64_t ino;
     uint64_t size;
     int64_t mtime_ns;
+    int64_t ctime_ns;
     uint32_t chunk_size;
     uint32_t flags;
     uint16_t path_len;

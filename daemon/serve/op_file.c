@@ -529,8 +529,8 @@ static int open_staged(conn *c, uint32_t req_id, int *proof, char **norm, int ro
  * is not trusted either way: the path is resolved again, then check_proof
  * judges, so a file replaced within attr_ttl is served as it now is (it
  * was refused until the entry expired), and an inode number come round
- * again on another file matches no entry (chunk identities leave ctime out:
- * ARCHITECTURE.md, Known limits).  A descriptor not open for
+ * again on another file matches no entry (nor chunk: identities have the
+ * ctime).  A descriptor not open for
  * reading is left to check_proof to refuse.  Returns the srcfile to answer
  * from (one reference), or NULL to resolve norm; *proven is 1 when the
  * proof was checked against it here (check_proof would pass: no second

@@ -426,12 +426,16 @@ int source_stat_open(source *s, const char *norm, int root, struct stat *st, int
 }
 
 /* The chunk size is part of the identity: chunk i of a file means other
- * bytes after chunk_size changes, so such chunks must never be found. */
+ * bytes after chunk_size changes, so such chunks must never be found.  So
+ * is the ctime, the one attribute no user can set: a user who gets a freed
+ * inode number back on a file of her own can set its size and mtime to a
+ * removed file's, whose chunks may still be cached, but not its ctime. */
 static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[FILE_ID_LEN])
 {
-    uint64_t v[6] = {
+    uint64_t v[8] = {
         (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
-        (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec, chunk_size,
+        (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
+        (uint64_t)st->st_ctim.tv_sec, (uint64_t)st->st_ctim.tv_nsec, chunk_size,
     };
     XXH128_hash_t h = XXH3_128bits(v, sizeof(v));
     XXH128_canonical_t c;
@@ -440,7 +444,10 @@ static void file_id(const struct stat *st, uint64_t chunk_size, uint8_t id[FILE_
     memcpy(id, c.digest, FILE_ID_LEN);
 }
 
-static int same_identity(const struct stat *a, const struct stat *b)
+/* What a change of a file's bytes moves: its size and mtime (a held
+ * descriptor is the file itself, and a chmod since changed no byte).  A file
+ * opened by name must also match the ctime (source_same_file). */
+static int same_content(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
            a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
@@ -467,7 +474,9 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
         fd = open_beneath(s, f->path, f->root, err, errlen);
         if (fd < 0)
             return fd;
-        if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
+        /* Opened by name: the file must be the one the identity names,
+         * ctime and all (another file can have all the rest). */
+        if (fstat(fd, &st) < 0 || !source_same_file(&st, &f->st)) {
             snprintf(err, errlen, "%.200s changed since it was opened", f->path);
             rc = -ESTALE;
             goto out;
@@ -495,7 +504,7 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
      * since is gone for its readers too, as with a fresh open; not a pinned
      * one, whose fd is the file (a staged copy unlinked at its publish, an
      * early checkpoint's memfd, which never had a name). */
-    if (fstat(fd, &st) < 0 || !same_identity(&st, &f->st)) {
+    if (fstat(fd, &st) < 0 || !same_content(&st, &f->st)) {
         snprintf(err, errlen, "%.200s changed while being read", f->path);
         rc = -ESTALE;
         goto out;
@@ -566,7 +575,7 @@ srcfile *source_lookup(source *s, const char *norm, double now)
 
 int source_same_file(const struct stat *a, const struct stat *b)
 {
-    return same_identity(a, b) && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+    return same_content(a, b) && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
            a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
@@ -865,7 +874,7 @@ int source_file_check(const source_file *sf)
 {
     struct stat st;
 
-    return fstat(sf->fd, &st) == 0 && same_identity(&st, &sf->st) ? 0 : -ESTALE;
+    return fstat(sf->fd, &st) == 0 && same_content(&st, &sf->st) ? 0 : -ESTALE;
 }
 
 void source_file_close(source_file *sf)
