@@ -511,6 +511,70 @@ START_TEST(test_reused_inode_forgery)
 }
 END_TEST
 
+/* A FIFO under a root, opened as a file (any user can mkfifo): it is
+ * refused, and meanwhile everyone else is served.  The daemon used to open
+ * it for reading, which blocks until a writer comes: eight such OPENs held
+ * every I/O thread, and no file could be opened or read by anyone. */
+static size_t raw_req(uint8_t *b, uint8_t op, uint32_t id, const void *prefix, size_t plen,
+                      const char *path, size_t pathlen);
+
+START_TEST(test_fifo_open_refused)
+{
+    enum { N = 8 };
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
+    char fifo[600], file[600];
+    int fds[N], fd, w, st_file = 1, st_fifo[N];
+    proto_msg m;
+    size_t len;
+    ssize_t n;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(fifo, sizeof(fifo), "%s/pipe", d.src);
+    snprintf(file, sizeof(file), "%s/f", d.src);
+    ck_assert_int_eq(mkfifo(fifo, 0666), 0);
+    tu_write_pattern(file, 3, 5000);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    for (int i = 0; i < N; i++) {               /* root: no proof needed */
+        struct iovec iov = { req, 0 };
+        fds[i] = raw_connect(&d);
+        iov.iov_len = raw_req(req, PROTO_OP_OPEN, (uint32_t)i + 1, NULL, 0, fifo, strlen(fifo));
+        ck_assert_int_gt(gr__send_fds(fds[i], &iov, 1, NULL, 0, 0), 0);
+    }
+    usleep(200 * 1000);
+    fd = raw_connect(&d);
+    len = raw_req(req, PROTO_OP_OPEN, 100, NULL, 0, file, strlen(file));
+    n = raw_call(fd, req, len, NULL, 0, rbuf, sizeof(rbuf), &m);
+    if (n > 0)
+        st_file = m.h.status;
+    for (int i = 0; i < N; i++) {
+        st_fifo[i] = 1;
+        if (i == 0 && n <= 0) {
+            /* Blocked: a writer lets the daemon go (and stop). */
+            w = open(fifo, O_WRONLY | O_NONBLOCK);
+            if (w >= 0)
+                close(w);
+        }
+        int got[4], ngot;
+        size_t used;
+        ssize_t r = gr__recv_fds(fds[i], rbuf, sizeof(rbuf), got, 4, &ngot, 0, NULL);
+        if (r > 0) {
+            gr__close_fds(got, ngot);
+            if (proto_decode(rbuf, (size_t)r, &m, &used) == 0)
+                st_fifo[i] = m.h.status;
+        }
+        close(fds[i]);
+    }
+    close(fd);
+    ck_assert_msg(n > 0, "the daemon did not answer an OPEN of a plain file: %zd", n);
+    ck_assert_int_eq(st_file, 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(st_fifo[i], -EINVAL);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* Received fds kept: like raw_call, the fds into got (at most 4). */
 static ssize_t raw_call_fds(int fd, const void *buf, size_t len, uint8_t *rbuf, size_t rcap,
                             proto_msg *m, int *got, int *ngot)
@@ -1198,6 +1262,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_openx_from_the_spec);
     tcase_add_test(tc, test_proof_revalidates);
     tcase_add_test(tc, test_reused_inode_forgery);
+    tcase_add_test(tc, test_fifo_open_refused);
     tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);
     tcase_add_test(tc, test_report);

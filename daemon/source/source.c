@@ -290,7 +290,10 @@ static void root_put(source *s, int root, int fd)
 }
 
 /* Open norm read-only, walking from its root with the kernel refusing any
- * escape.  Returns an fd or -errno. */
+ * escape.  Returns an fd or -errno.  Opened without blocking, then made
+ * blocking: a FIFO (any user can make one under a root) would otherwise hold
+ * the I/O thread until a writer came, and eight such OPENs every thread;
+ * callers refuse what is not a regular file or directory. */
 static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
 {
     const char *rel = norm + s->rootlen[root];
@@ -307,7 +310,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         return dfd;
     if (s->have_openat2) {
         struct open_how how = {
-            .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+            .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
             .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
         };
         fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
@@ -325,7 +328,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
             errno = EXDEV;
             fd = -1;
         } else {
-            fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         }
         free(real);
     }
@@ -340,6 +343,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         return -e;
     }
     root_put(s, root, dfd);
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
 }
 
