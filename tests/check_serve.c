@@ -414,6 +414,81 @@ START_TEST(test_proof_revalidates)
 }
 END_TEST
 
+/* READ of len bytes at off on handle h: the reply's status; the bytes into
+ * out. */
+static int32_t raw_read(int fd, uint32_t id, uint32_t h, uint64_t off, uint32_t len, void *out)
+{
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 64];
+    proto_read rd = { .handle = h, .len = len, .off = off };
+    ssize_t n = proto_enc_read(req, sizeof(req), id, &rd);
+    proto_msg m;
+
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)n, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_uint_eq(m.h.req_id, id);
+    if (m.h.status == 0) {
+        ck_assert_uint_eq(m.u.data.len, len);
+        memcpy(out, m.u.data.p, len);
+    }
+    return m.h.status;
+}
+
+/* A cold OPEN whose proof names the path's file keeps the proof as the
+ * file's descriptor (source_opens_spared: on a DFS no open and close of
+ * the daemon's own), and nothing its owner does to that descriptor later
+ * costs anyone data: O_DIRECT switched on under the daemon (its reads of
+ * an unaligned tail fail) or the descriptor closed, reads stay byte-exact.
+ * A descriptor open for writing is not kept. */
+START_TEST(test_kept_proof)
+{
+    enum { SIZE = 200000 };             /* 64K chunks: the last is 3392 bytes */
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
+    static char buf[SIZE];
+    char path[600], rw[600];
+    uint64_t spared, size;
+    uint32_t h;
+    proto_msg m;
+    ssize_t len;
+    int fd, p, q;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/x", d.src);
+    snprintf(rw, sizeof(rw), "%s/rw", d.src);
+    tu_write_pattern(path, 41, SIZE);
+    tu_write_pattern(rw, 42, 1000);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    spared = tu_stat(&d, "source_opens_spared");
+
+    p = open(path, O_RDONLY);
+    ck_assert_int_ge(p, 0);
+    len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    h = m.u.attr.handle;
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
+
+    ck_assert_int_eq(fcntl(p, F_SETFL, O_DIRECT), 0);      /* the daemon's too */
+    ck_assert_int_eq(raw_read(fd, 2, h, 150000, SIZE - 150000, buf), 0);
+    ck_assert(tu_check_pattern(buf, 41, 150000, SIZE - 150000));
+    close(p);
+    ck_assert_int_eq(raw_read(fd, 3, h, 0, 100000, buf), 0);
+    ck_assert(tu_check_pattern(buf, 41, 0, 100000));
+
+    q = open(rw, O_RDWR);
+    ck_assert_int_ge(q, 0);
+    ck_assert_int_eq(open_with_proof(fd, 4, rw, q, &size), 0);
+    ck_assert_uint_eq(size, 1000);
+    close(q);
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
+    ck_assert_uint_eq(tu_stat(&d, "source_errors"), 0);
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* The attack a review found on 2026-12-07, as an outsider makes it: root's
  * file, readable by root alone, is cached and removed; nobody gets its
  * inode number back on a file of her own (ext4 hands a freed inode to the
@@ -1262,6 +1337,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_openx_from_the_spec);
     tcase_add_test(tc, test_proof_revalidates);
     tcase_add_test(tc, test_reused_inode_forgery);
+    tcase_add_test(tc, test_kept_proof);
     tcase_add_test(tc, test_fifo_open_refused);
     tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);

@@ -29,6 +29,7 @@ typedef struct openreq {
     int judge;                  /* access_check = judge: judge the peer before the open */
     access_cred cred;           /* its credentials, for that */
     int fd;                     /* the daemon's, for the chunk reads, or -1 */
+    int kept_proof;             /* fd is a duplicate of the proof (source_stat_proof) */
     uint32_t req_id;
     char *norm;
     int root;
@@ -214,8 +215,16 @@ static void open_run(wq_job *j)
         if (o->rc < 0)
             return;
     }
-    o->rc = source_stat_open(c->srv->d.src, o->norm, o->root, &o->st, &o->fd, o->errmsg,
-                             sizeof(o->errmsg));
+    /* A proof that is the file the path names is kept as the file's
+     * descriptor: no open of the daemon's own (on a DFS, an open and a
+     * close on the metadata service per cold file). */
+    o->rc = o->proof >= 0 ? source_stat_proof(c->srv->d.src, o->norm, o->root, o->proof, &o->st,
+                                              &o->fd, o->errmsg, sizeof(o->errmsg))
+                          : -EAGAIN;
+    o->kept_proof = o->rc == 0;
+    if (o->rc == -EAGAIN)
+        o->rc = source_stat_open(c->srv->d.src, o->norm, o->root, &o->st, &o->fd, o->errmsg,
+                                 sizeof(o->errmsg));
     if (o->rc == 0 && o->judge && (jst.st_dev != o->st.st_dev || jst.st_ino != o->st.st_ino)) {
         close(o->fd);
         o->fd = -1;
@@ -245,8 +254,11 @@ static void open_done(wq_job *j)
     } else {
         f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
         o->fd = -1;
+        if (o->kept_proof)
+            c->srv->d.stats->source_opens_spared++;
+        /* A kept proof was checked against the file: nothing to judge. */
         if (f)
-            open_reply(c, o->req_id, o->proof, o->judge, f, &o->x, 0);
+            open_reply(c, o->req_id, o->proof, o->judge || o->kept_proof, f, &o->x, 0);
         else
             reply_error(c, o->x.op, o->req_id, -ENOMEM, NULL);
         srcfile_unref(&f);

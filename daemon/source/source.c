@@ -289,12 +289,14 @@ static void root_put(source *s, int root, int fd)
     pthread_mutex_unlock(&s->fs_lock);
 }
 
-/* Open norm read-only, walking from its root with the kernel refusing any
- * escape.  Returns an fd or -errno.  Opened without blocking, then made
+/* Open norm (oflags: O_RDONLY, or O_PATH to resolve it only), walking from
+ * its root with the kernel refusing any escape.  Returns an fd or -errno.
+ * Read-only opens are made without blocking, then made
  * blocking: a FIFO (any user can make one under a root) would otherwise hold
  * the I/O thread until a writer came, and eight such OPENs every thread;
  * callers refuse what is not a regular file or directory. */
-static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
+static int open_beneath_how(source *s, const char *norm, int root, int oflags, char *err,
+                            size_t errlen)
 {
     const char *rel = norm + s->rootlen[root];
     int dfd, fd = -1;
@@ -308,9 +310,11 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
     dfd = root_get(s, root, err, errlen);
     if (dfd < 0)
         return dfd;
+    /* openat2 refuses O_PATH with anything but O_CLOEXEC (and two more). */
+    oflags |= O_CLOEXEC | (oflags & O_PATH ? 0 : O_NOCTTY | O_NONBLOCK);
     if (s->have_openat2) {
         struct open_how how = {
-            .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+            .flags = (uint64_t)oflags,
             .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
         };
         fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
@@ -328,7 +332,7 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
             errno = EXDEV;
             fd = -1;
         } else {
-            fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+            fd = open(real, oflags);
         }
         free(real);
     }
@@ -343,8 +347,14 @@ static int open_beneath(source *s, const char *norm, int root, char *err, size_t
         return -e;
     }
     root_put(s, root, dfd);
-    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (!(oflags & O_PATH))
+        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
+}
+
+static int open_beneath(source *s, const char *norm, int root, char *err, size_t errlen)
+{
+    return open_beneath_how(s, norm, root, O_RDONLY, err, errlen);
 }
 
 /* Whether the open file fd on device dev is on Lustre: fstatfs once per
@@ -429,6 +439,47 @@ int source_stat_open(source *s, const char *norm, int root, struct stat *st, int
     return rc;
 }
 
+int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
+                      int *fdp, char *err, size_t errlen)
+{
+    int fl = fcntl(proof, F_GETFL), fd, rc = 0;
+    struct stat pst;
+
+    /* Only a plain read-only descriptor is kept: one open for writing
+     * would keep the file open for writing (ETXTBSY for exec, write
+     * delegations) after its owner closed it; O_DIRECT reads want aligned
+     * buffers. */
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & (O_PATH | O_DIRECT)) ||
+        fstat(proof, &pst) < 0 || !S_ISREG(pst.st_mode) || pst.st_nlink == 0)
+        return -EAGAIN;
+    /* The path must name the proof's file: resolved beneath the root as
+     * source_stat_open does, with nothing opened (O_PATH: a lookup, and the
+     * attributes it brought). */
+    fd = open_beneath_how(s, norm, root, O_PATH, err, errlen);
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, st) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
+    } else if (!S_ISREG(st->st_mode)) {
+        rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+        snprintf(err, errlen, "not a regular file: %.200s", norm);
+    } else if (!source_same_file(st, &pst)) {
+        rc = -EAGAIN;           /* another file, or changed since: opened the usual way */
+    }
+    close(fd);
+    if (rc < 0)
+        return rc;
+    fd = fcntl(proof, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        return -EAGAIN;
+    uint32_t stripe = lustre_stripe(s, fd, st->st_dev);
+    if (stripe)
+        st->st_blksize = (blksize_t)stripe;
+    *fdp = fd;
+    return 0;
+}
+
 /* The chunk size is part of the identity: chunk i of a file means other
  * bytes after chunk_size changes, so such chunks must never be found.  So
  * is the ctime, the one attribute no user can set: a user who gets a freed
@@ -473,7 +524,13 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
     off_t off = (off_t)(idx * f->chunk_size);
     struct stat st;
     int fd = f->fd, rc = 0;
+    /* A held descriptor that fails a read is given one more chance, opened
+     * afresh: it may be a client's kept proof whose flags its owner changed
+     * since (O_DIRECT, which wants aligned reads), which must cost work,
+     * never other readers' data. */
+    int again = fd >= 0 && !f->pinned;
 
+reopen:
     if (fd < 0) {
         fd = open_beneath(s, f->path, f->root, err, errlen);
         if (fd < 0)
@@ -490,6 +547,13 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
         ssize_t n = pread(fd, (char *)buf + got, want - got, off + (off_t)got);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && again) {
+            log_debug("read %s through its held fd: %s; opened again", f->path, strerror(errno));
+            again = 0;
+            fd = -1;
+            got = 0;
+            goto reopen;
+        }
         if (n < 0) {
             rc = -errno;
             snprintf(err, errlen, "read %.200s: %s", f->path, strerror(errno));

@@ -80,6 +80,17 @@ int source_stat(source *s, const char *norm, int root, struct stat *st,
  * source_install_fd (which owns it from then on) or to close. */
 int source_stat_open(source *s, const char *norm, int root, struct stat *st, int *fd,
                      char *err, size_t errlen);
+/* The same without opening the file: the client's access proof (a read
+ * descriptor it has just opened norm with) is kept instead, a duplicate of
+ * it in *fd, when it is a plain O_RDONLY descriptor of a regular, linked
+ * file and norm, resolved beneath its root with O_PATH, names that very
+ * file unchanged (source_same_file).  On a DFS that spares the metadata
+ * service the daemon's open and close of every cold file.  -EAGAIN: not
+ * so (a descriptor open for writing or O_DIRECT, another file, a change
+ * meanwhile): call source_stat_open.  Other -errno: the path's error, as
+ * source_stat_open would give it. */
+int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
+                      int *fd, char *err, size_t errlen);
 
 /*
  * I/O thread: read chunk idx of f into buf (at least f->chunk_size bytes).
