@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdpass.h"
 #include "granary.h"
 #include "proto.h"
@@ -484,6 +486,89 @@ START_TEST(test_kept_proof)
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
     ck_assert_uint_eq(tu_stat(&d, "source_errors"), 0);
     close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
+/* A TCP socket whose close blocks: SO_LINGER on, its unsent bytes stuck
+ * (the peer, kept in *peer, never reads).  -1 if loopback TCP is missing. */
+static int lingering_socket(int *peer, int secs)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    struct linger lg = { 1, secs };
+    int small = 4096, l = socket(AF_INET, SOCK_STREAM, 0), s = socket(AF_INET, SOCK_STREAM, 0);
+    char junk[4096] = { 0 };
+
+    *peer = -1;
+    if (l < 0 || s < 0 || setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0 ||
+        bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0 ||
+        getsockname(l, (struct sockaddr *)&a, &al) < 0 ||
+        setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) < 0 ||
+        connect(s, (struct sockaddr *)&a, sizeof(a)) < 0 || (*peer = accept(l, NULL, NULL)) < 0) {
+        if (l >= 0)
+            close(l);
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    close(l);
+    fcntl(s, F_SETFL, O_NONBLOCK);
+    while (send(s, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
+        ;
+    setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    return s;
+}
+
+/* Closing what a client sent is not the loop's to wait for: a descriptor
+ * passed as an access proof whose close blocks (here a lingering TCP
+ * socket, 3 s; on a FUSE DFS every close is a round trip, and one of a
+ * file being read waits for the read) is closed on the closer's thread.
+ * The daemon closed it on the loop, and nobody was answered for 3 s. */
+START_TEST(test_blocking_close_off_loop)
+{
+    tu_daemon d;
+    char path[600];
+    uint64_t t0;
+    int fd, fd2, s, peer;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(path, sizeof(path), "%s/x", d.src);
+    tu_write_pattern(path, 9, 1000);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    s = lingering_socket(&peer, 3);
+    if (s < 0) {
+        fprintf(stderr, "SKIP test_blocking_close_off_loop: no loopback TCP here\n");
+        ck_assert_int_eq(tu_daemon_stop(&d), 0);
+        tu_daemon_fini(&d);
+        return;
+    }
+    fd = raw_connect(&d);
+    fd2 = raw_connect(&d);
+    /* Sent as the proof of x, and ours closed: the daemon's close is the
+     * last, the one that lingers. */
+    {
+        uint8_t req[PROTO_HDR_LEN + 700];
+        ssize_t len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
+        struct iovec iov = { req, (size_t)len };
+        ck_assert_int_eq(gr__send_fds(fd, &iov, 1, &s, 1, 0), len);
+    }
+    close(s);
+    usleep(100 * 1000);
+    t0 = gr__now_ns();
+    {
+        uint8_t req[PROTO_HDR_LEN + 700], rbuf[PROTO_MAX_MSG];
+        ssize_t len = proto_enc_open(req, sizeof(req), 2, path, strlen(path));
+        proto_msg m;
+        ck_assert_int_gt(raw_call(fd2, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);                                /* root: no proof */
+    }
+    ck_assert_msg(gr__now_ns() - t0 < 1000000000ull, "the loop waited %.2f s for a close",
+                  (double)(gr__now_ns() - t0) / 1e9);
+    close(fd);
+    close(fd2);
+    close(peer);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);
     tu_daemon_fini(&d);
 }
@@ -1338,6 +1423,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_proof_revalidates);
     tcase_add_test(tc, test_reused_inode_forgery);
     tcase_add_test(tc, test_kept_proof);
+    tcase_add_test(tc, test_blocking_close_off_loop);
     tcase_add_test(tc, test_fifo_open_refused);
     tcase_add_test(tc, test_nokeep_from_the_spec);
     tcase_add_test(tc, test_stat_readdir_from_the_spec);

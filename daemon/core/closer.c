@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "closer.h"
@@ -72,8 +73,15 @@ int closer_new(unsigned max, closer **out)
 
 void closer_put(closer *c, int fd)
 {
+    static const struct linger off = { 0, 0 };
+
     if (fd < 0)
         return;
+    /* A socket sent to us (as a proof, say) closes at once in the
+     * background rather than lingering over unsent bytes: jammed with such
+     * closes, the queue would fill and the caller close inline.  (On
+     * anything else ENOTSOCK, with no file system involved.) */
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
     if (c) {
         pthread_mutex_lock(&c->lock);
         if (c->n < c->max && !c->stop) {

@@ -243,7 +243,7 @@ static void open_done(wq_job *j)
     if (c->dead) {
         free(o->norm);
         if (o->rc == 0)
-            close(o->fd);
+            source_close_later(c->srv->d.src, o->fd);
     } else if (o->rc < 0) {
         if (o->rc == -EACCES && o->judge)
             c->srv->d.stats->access_denied++;
@@ -267,8 +267,7 @@ static void open_done(wq_job *j)
         conn_latency(c, GR_LAT_open, o->t0);
         conn_update_events(c);
     }
-    if (o->proof >= 0)
-        close(o->proof);
+    source_close_later(c->srv->d.src, o->proof);   /* a FUSE round trip: not here */
     conn_unref(&o->c);
     free(o);
 }
@@ -473,8 +472,7 @@ static void staged_done(wq_job *j)
     }
     if (!c->dead)
         conn_update_events(c);
-    if (r->proof >= 0)
-        close(r->proof);
+    source_close_later(c->srv->d.src, r->proof);
     conn_unref(&r->c);
     free(r);
 }

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "closer.h"
 #include "log.h"
 #include "judge.h"
 #include "source.h"
@@ -43,6 +44,7 @@ struct gr_lov_user_md {
     uint8_t room_for_objects[4096];     /* the kernel appends per-stripe objects */
 };
 
+#define CLOSER_MAX 1024                /* descriptors waiting to be closed, at most */
 #define FS_SEEN_MAX 64                  /* distinct devices remembered */
 #define ROOT_RECHECK_S 1.0              /* a root's fd is checked against its path this often */
 
@@ -84,6 +86,7 @@ struct source {
      * srcfiles holding one, least recently used first. */
     gr__list fd_lru;
     size_t nfds, fd_max;
+    closer *cl;                         /* closes off the loop (closer.h) */
 };
 
 int source_new(const gr_config *cfg, source **out)
@@ -118,9 +121,19 @@ int source_new(const gr_config *cfg, source **out)
         free(s);
         return -ENOMEM;
     }
+    if (closer_new(CLOSER_MAX, &s->cl) < 0) {
+        gr__htab_fini(&s->attrs);
+        free(s);
+        return -ENOMEM;
+    }
     pthread_mutex_init(&s->fs_lock, NULL);
     *out = s;
     return 0;
+}
+
+void source_close_later(source *s, int fd)
+{
+    closer_put(s ? s->cl : NULL, fd);
 }
 
 static void attr_unlink(source *s, srcfile *f);
@@ -142,6 +155,7 @@ void source_free(source **sp)
         if (s->rfd[i].old_fd >= 0)
             close(s->rfd[i].old_fd);
     }
+    closer_free(&s->cl);
     pthread_mutex_destroy(&s->fs_lock);
     free(s);
     *sp = NULL;
@@ -665,7 +679,7 @@ static void fd_drop(srcfile *f)
 {
     if (f->fd < 0)
         return;
-    close(f->fd);
+    closer_put(f->src->cl, f->fd);
     f->fd = -1;
     gr__list_remove(&f->fdage);
     f->src->nfds--;
@@ -687,7 +701,7 @@ static void fd_keep(source *s, srcfile *f, int fd)
             fd_drop(v);
     }
     if (s->nfds >= s->fd_max) {
-        close(fd);
+        closer_put(s->cl, fd);
         return;
     }
     f->fd = fd;
@@ -753,8 +767,8 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
          * threads read a srcfile they hold a reference to). */
         if (fd >= 0 && old->fd < 0 && old->refs == (unsigned)old->cached)
             fd_keep(s, old, fd);
-        else if (fd >= 0)
-            close(fd);
+        else
+            closer_put(s->cl, fd);
         free(f->path);
         free(f);
         return srcfile_ref(old);

@@ -80,6 +80,11 @@ int source_stat(source *s, const char *norm, int root, struct stat *st,
  * source_install_fd (which owns it from then on) or to close. */
 int source_stat_open(source *s, const char *norm, int root, struct stat *st, int *fd,
                      char *err, size_t errlen);
+/* Close fd (any descriptor of a file under a root, a client's proof
+ * included) on the source's closer thread, not the caller's: on a FUSE DFS
+ * a close is a round trip, which the loop must not wait for. */
+void source_close_later(source *s, int fd);
+
 /* The same without opening the file: the client's access proof (a read
  * descriptor it has just opened norm with) is kept instead, a duplicate of
  * it in *fd, when it is a plain O_RDONLY descriptor of a regular, linked
