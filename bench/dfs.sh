@@ -9,9 +9,10 @@
 #   memcached  read-through chunk cache (same chunk size as granaryd), Unix socket
 #   redis      the same with Redis
 #   granary    granaryd with [source] roots on the DIRECT mount
-# Scenarios: large sequential files, 100 KB samples, random ranges, reader
-# processes 1/2/4/8, shuffled epochs at cache sizes 0.5x/1.1x/2x the data,
-# and a training loop's stall fraction.
+# Scenarios: large sequential files, 100 KB samples, random ranges, the
+# samples as a user (uid 65534, with access proofs) in a shuffled order,
+# reader processes 1/2/4/8, shuffled epochs at cache sizes 0.5x/1.1x/2x the
+# data, and a training loop's stall fraction.
 #
 # Appends JSON lines to $OUT/results.jsonl (one per measurement: the
 # scenario, system, phase, dfsbench's figures, bytes the DFS sent, and
@@ -117,6 +118,7 @@ start_granary() {
     cat > "$work/g.conf" <<EOF
 [daemon]
 socket = $work/gr.sock
+socket_mode = 0666
 io_threads = 16
 log_level = warn
 max_clients = 256
@@ -174,7 +176,7 @@ measure() {
     esac
     g0=$(gr_stats)
     n0=$($DFS netbytes)
-    if ! line=$($DB "$verb" "$@"); then
+    if ! line=$(${BENCH_AS:-} $DB "$verb" "$@"); then
         log "dfsbench failed: $scen, $sys, $phase"
         exit 1
     fi
@@ -273,6 +275,26 @@ scenario() {
 scenario large large --procs $PROCS --pattern whole --block 4M
 scenario samples samples --procs $PROCS --pattern whole --block 4M
 scenario random large --procs $PROCS --pattern rand --block 64K --ops "$RAND_OPS" --seed 7
+
+# ---- the samples as a user would read them: not root (so with access
+# proofs, the default access_check = fd), in a shuffled order (no
+# read-ahead across files can guess it), cold then warm ----
+if runuser -u nobody -- test -x "$DB" -a -r "$work/samples.dfs" 2> /dev/null; then
+    log "scenario user"
+    chmod -R a+rX "$ds/samples"
+    drop_caches
+    BENCH_AS="runuser -u nobody --" mread user dfs cold "" -- --list "$work/samples.dfs" \
+        --procs $PROCS --order shuffle --seed 5
+    start_granary "${big_mb}M" "$((big_mb * 2))M"
+    drop_caches
+    for ph in cold warm; do
+        BENCH_AS="runuser -u nobody --" mread user granary $ph "" -- --list "$work/samples.dfs" \
+            --procs $PROCS --order shuffle --seed 5
+    done
+    stop_servers
+else
+    log "scenario user skipped: nobody cannot run $DB or read $work/samples.dfs"
+fi
 
 # ---- reader processes: the samples, warm where a cache is warm ----
 log "scenario readers"

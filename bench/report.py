@@ -152,6 +152,11 @@ throughput_table("large", "1. Large files read sequentially",
                  "Each file read whole in 4 MiB reads (%s)." % setup.get("large"))
 throughput_table("samples", "2. 100 KB sample files",
                  "Each sample opened, read whole, closed (%s)." % setup.get("samples"))
+if find("user", "granary", "cold"):
+    throughput_table("user", "2b. 100 KB sample files as a user, shuffled",
+                     "The samples of table 2 read as uid 65534 (so each OPEN carries the reader's own "
+                     "read descriptor: access_check = fd, the default) in a shuffled order, which no "
+                     "read-ahead across files can guess: the cold pass of a data loader's first epoch.")
 throughput_table("random", "3. Random 64 KiB ranges of the large files",
                  "64 KiB at random aligned offsets of random files, handles kept open; warm repeats the "
                  "same ranges. memcached, Redis and Granary fetch whole chunks on a miss, so their cold "
