@@ -437,7 +437,8 @@ static int32_t raw_read(int fd, uint32_t id, uint32_t h, uint64_t off, uint32_t 
 
 /* A cold OPEN whose proof names the path's file keeps the proof as the
  * file's descriptor (source_opens_spared: on a DFS no open and close of
- * the daemon's own), and nothing its owner does to that descriptor later
+ * the daemon's own; source_lookups_spared: where the proof's own name is
+ * the path, no lookup either), and nothing its owner does to that descriptor later
  * costs anyone data: O_DIRECT switched on under the daemon (its reads of
  * an unaligned tail fail) or the descriptor closed, reads stay byte-exact.
  * A descriptor open for writing is not kept. */
@@ -447,8 +448,8 @@ START_TEST(test_kept_proof)
     tu_daemon d;
     uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
     static char buf[SIZE];
-    char path[600], rw[600];
-    uint64_t spared, size;
+    char path[600], rw[600], link[600], other[600];
+    uint64_t spared, looked, size;
     uint32_t h;
     proto_msg m;
     ssize_t len;
@@ -458,10 +459,14 @@ START_TEST(test_kept_proof)
     snprintf(path, sizeof(path), "%s/x", d.src);
     snprintf(rw, sizeof(rw), "%s/rw", d.src);
     tu_write_pattern(path, 41, SIZE);
+    snprintf(link, sizeof(link), "%s/link", d.src);
+    snprintf(other, sizeof(other), "%s/other", d.src);
     tu_write_pattern(rw, 42, 1000);
+    tu_write_pattern(other, 43, 1000);
     ck_assert_int_eq(tu_daemon_start(&d), 0);
     fd = raw_connect(&d);
     spared = tu_stat(&d, "source_opens_spared");
+    looked = tu_stat(&d, "source_lookups_spared");
 
     p = open(path, O_RDONLY);
     ck_assert_int_ge(p, 0);
@@ -470,6 +475,7 @@ START_TEST(test_kept_proof)
     ck_assert_int_eq(m.h.status, 0);
     h = m.u.attr.handle;
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
+    ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 1);  /* its name is the path */
 
     ck_assert_int_eq(fcntl(p, F_SETFL, O_DIRECT), 0);      /* the daemon's too */
     ck_assert_int_eq(raw_read(fd, 2, h, 150000, SIZE - 150000, buf), 0);
@@ -484,6 +490,20 @@ START_TEST(test_kept_proof)
     ck_assert_uint_eq(size, 1000);
     close(q);
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
+
+    /* Through a link, its name is not the path: looked up (and kept). */
+    ck_assert_int_eq(symlink("rw", link), 0);
+    q = open(link, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 5, link, q, &size), 0);
+    ck_assert_uint_eq(size, 1000);
+    close(q);
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 2);
+    ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 1);
+    /* A proof of another file than the path's: refused, as ever. */
+    q = open(path, O_RDONLY);
+    ck_assert_int_eq(open_with_proof(fd, 6, other, q, &size), -EACCES);
+    close(q);
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 2);
     ck_assert_uint_eq(tu_stat(&d, "source_errors"), 0);
     close(fd);
     ck_assert_int_eq(tu_daemon_stop(&d), 0);

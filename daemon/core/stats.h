@@ -30,6 +30,7 @@
     X(counter, attr_cache_hits,      "opens answered from the attribute cache") \
     X(counter, attr_proof_revalidations, "of those, opens whose expired entry the client's access proof showed unchanged (no file system operation)") \
     X(counter, source_opens_spared,  "opens resolved without opening the file: the client's access proof kept as its descriptor") \
+    X(counter, source_lookups_spared, "of those, with no lookup either: the proof's own name, on the root's mount, was the path") \
     X(counter, source_reads,         "chunk reads from the source") \
     X(counter, source_bytes_read,    "bytes read from the source") \
     X(counter, source_errors,        "source reads or opens that failed") \

@@ -30,6 +30,7 @@ typedef struct openreq {
     access_cred cred;           /* its credentials, for that */
     int fd;                     /* the daemon's, for the chunk reads, or -1 */
     int kept_proof;             /* fd is a duplicate of the proof (source_stat_proof) */
+    int named_proof;            /* ... and the proof's own name was the path: no lookup */
     uint32_t req_id;
     char *norm;
     int root;
@@ -221,7 +222,10 @@ static void open_run(wq_job *j)
     o->rc = o->proof >= 0 ? source_stat_proof(c->srv->d.src, o->norm, o->root, o->proof, &o->st,
                                               &o->fd, o->errmsg, sizeof(o->errmsg))
                           : -EAGAIN;
-    o->kept_proof = o->rc == 0;
+    o->kept_proof = o->rc >= 0;
+    o->named_proof = o->rc == 1;
+    if (o->rc > 0)
+        o->rc = 0;
     if (o->rc == -EAGAIN)
         o->rc = source_stat_open(c->srv->d.src, o->norm, o->root, &o->st, &o->fd, o->errmsg,
                                  sizeof(o->errmsg));
@@ -256,6 +260,8 @@ static void open_done(wq_job *j)
         o->fd = -1;
         if (o->kept_proof)
             c->srv->d.stats->source_opens_spared++;
+        if (o->named_proof)
+            c->srv->d.stats->source_lookups_spared++;
         /* A kept proof was checked against the file: nothing to judge. */
         if (f)
             open_reply(c, o->req_id, o->proof, o->judge || o->kept_proof, f, &o->x, 0);

@@ -57,6 +57,7 @@ typedef struct rootfd {
     int fd;                     /* -1: not open */
     dev_t dev;
     ino_t ino;
+    uint64_t mnt_id;            /* the mount it is on (statx), 0 unknown */
     double checked;             /* gr__now_s() of the last check */
     unsigned users;             /* threads between root_get and root_put */
     int old_fd;                 /* a replaced fd still in use, or -1 */
@@ -230,6 +231,18 @@ int source_resolve(source *s, const char *path, size_t len, char **norm, int *ro
 /* The root's directory fd for an open beneath it, or -errno (reason in
  * err); give it back with root_put.  Opened on first use and whenever the
  * root's path stops naming the directory the fd holds. */
+/* The id of the mount fd is on (the VFS's, no file system operation), or
+ * 0 when the kernel does not say. */
+static uint64_t mount_id(int fd)
+{
+    struct statx x;
+
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &x) < 0 ||
+        !(x.stx_mask & STATX_MNT_ID))
+        return 0;
+    return x.stx_mnt_id;
+}
+
 static int root_get(source *s, int root, char *err, size_t errlen)
 {
     rootfd *r = &s->rfd[root];
@@ -273,6 +286,7 @@ static int root_get(source *s, int root, char *err, size_t errlen)
         r->users = 0;
         r->dev = st.st_dev;
         r->ino = st.st_ino;
+        r->mnt_id = mount_id(fd);
     } else {
         /* The fd replaced last is still in use: keep the current one a
          * little longer (until that use ends), and check again next time. */
@@ -453,10 +467,40 @@ int source_stat_open(source *s, const char *norm, int root, struct stat *st, int
     return rc;
 }
 
+/* Whether the proof's own name, as the kernel keeps it for the open file
+ * (/proc/self/fd), is norm on the very mount the root is on: then norm
+ * names the proof's file, as of the client's open a moment ago, with no
+ * lookup.  A name through a link, a file renamed or removed since, another
+ * mount (a submount under the root, or another namespace's): no, and the
+ * caller looks the path up. */
+static int proof_named(source *s, int root, int proof, const char *norm)
+{
+    size_t len = strlen(norm);
+    char link[40], err[8], *buf;
+    uint64_t mnt = 0;
+    ssize_t n;
+    int named, dfd = root_get(s, root, err, sizeof(err));    /* (re)checked as for a walk */
+
+    if (dfd >= 0) {
+        pthread_mutex_lock(&s->fs_lock);
+        if (dfd == s->rfd[root].fd)
+            mnt = s->rfd[root].mnt_id;
+        pthread_mutex_unlock(&s->fs_lock);
+        root_put(s, root, dfd);
+    }
+    if (!mnt || mount_id(proof) != mnt || len >= PATH_MAX || !(buf = malloc(PATH_MAX)))
+        return 0;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", proof);
+    n = readlink(link, buf, PATH_MAX);
+    named = n == (ssize_t)len && memcmp(buf, norm, len) == 0;
+    free(buf);
+    return named;
+}
+
 int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
                       int *fdp, char *err, size_t errlen)
 {
-    int fl = fcntl(proof, F_GETFL), fd, rc = 0;
+    int fl = fcntl(proof, F_GETFL), fd, rc = 0, named;
     struct stat pst;
 
     /* Only a plain read-only descriptor is kept: one open for writing
@@ -466,24 +510,30 @@ int source_stat_proof(source *s, const char *norm, int root, int proof, struct s
     if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & (O_PATH | O_DIRECT)) ||
         fstat(proof, &pst) < 0 || !S_ISREG(pst.st_mode) || pst.st_nlink == 0)
         return -EAGAIN;
-    /* The path must name the proof's file: resolved beneath the root as
-     * source_stat_open does, with nothing opened (O_PATH: a lookup, and the
-     * attributes it brought). */
-    fd = open_beneath_how(s, norm, root, O_PATH, err, errlen);
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, st) < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
-    } else if (!S_ISREG(st->st_mode)) {
-        rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
-        snprintf(err, errlen, "not a regular file: %.200s", norm);
-    } else if (!source_same_file(st, &pst)) {
-        rc = -EAGAIN;           /* another file, or changed since: opened the usual way */
+    /* The path must name the proof's file: the proof's own name says so,
+     * or the path is resolved beneath the root as source_stat_open does,
+     * with nothing opened (O_PATH: a lookup, and the attributes it
+     * brought). */
+    named = proof_named(s, root, proof, norm);
+    if (named) {
+        *st = pst;
+    } else {
+        fd = open_beneath_how(s, norm, root, O_PATH, err, errlen);
+        if (fd < 0)
+            return fd;
+        if (fstat(fd, st) < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
+        } else if (!S_ISREG(st->st_mode)) {
+            rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+            snprintf(err, errlen, "not a regular file: %.200s", norm);
+        } else if (!source_same_file(st, &pst)) {
+            rc = -EAGAIN;       /* another file, or changed since: opened the usual way */
+        }
+        close(fd);
+        if (rc < 0)
+            return rc;
     }
-    close(fd);
-    if (rc < 0)
-        return rc;
     fd = fcntl(proof, F_DUPFD_CLOEXEC, 3);
     if (fd < 0)
         return -EAGAIN;
@@ -491,7 +541,7 @@ int source_stat_proof(source *s, const char *norm, int root, int proof, struct s
     if (stripe)
         st->st_blksize = (blksize_t)stripe;
     *fdp = fd;
-    return 0;
+    return named;
 }
 
 /* The chunk size is part of the identity: chunk i of a file means other

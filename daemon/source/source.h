@@ -88,12 +88,14 @@ void source_close_later(source *s, int fd);
 /* The same without opening the file: the client's access proof (a read
  * descriptor it has just opened norm with) is kept instead, a duplicate of
  * it in *fd, when it is a plain O_RDONLY descriptor of a regular, linked
- * file and norm, resolved beneath its root with O_PATH, names that very
- * file unchanged (source_same_file).  On a DFS that spares the metadata
- * service the daemon's open and close of every cold file.  -EAGAIN: not
- * so (a descriptor open for writing or O_DIRECT, another file, a change
- * meanwhile): call source_stat_open.  Other -errno: the path's error, as
- * source_stat_open would give it. */
+ * file that norm names: the proof's own name (/proc/self/fd) is norm on
+ * the root's mount (returns 1: no file system operation at all), or norm,
+ * resolved beneath its root with O_PATH, is that very file unchanged
+ * (source_same_file; returns 0).  On a DFS that spares the metadata service
+ * the daemon's open and close of every cold file, and mostly its lookup.
+ * -EAGAIN: not so (a descriptor open for writing or O_DIRECT, another file,
+ * a change meanwhile): call source_stat_open.  Other -errno: the path's
+ * error, as source_stat_open would give it. */
 int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
                       int *fd, char *err, size_t errlen);
 
