@@ -13,6 +13,11 @@ typedef union {
     struct cmsghdr align;
 } fd_ctl;
 
+typedef union {
+    char buf[CMSG_SPACE(sizeof(int) * GR_FDPASS_RECV_MAX)];
+    struct cmsghdr align;
+} fd_rctl;
+
 ssize_t gr__send_fds(int sock, const struct iovec *iov, int niov, const int *fds, int nfds,
                      int flags)
 {
@@ -42,8 +47,14 @@ ssize_t gr__send_fds(int sock, const struct iovec *iov, int niov, const int *fds
 ssize_t gr__recv_fds(int sock, void *buf, size_t len, int *fds, int maxfds, int *nfds,
                      int flags, int *mflags)
 {
+    return gr__recv_fds_drop(sock, buf, len, fds, maxfds, nfds, flags, mflags, NULL, NULL);
+}
+
+ssize_t gr__recv_fds_drop(int sock, void *buf, size_t len, int *fds, int maxfds, int *nfds,
+                          int flags, int *mflags, void (*drop)(void *arg, int fd), void *arg)
+{
     struct iovec iov = { buf, len };
-    fd_ctl ctl;
+    fd_rctl ctl;
     struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
                          .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
     ssize_t n;
@@ -65,6 +76,8 @@ ssize_t gr__recv_fds(int sock, void *buf, size_t len, int *fds, int maxfds, int 
             memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
             if (kept < maxfds)
                 fds[kept++] = fd;
+            else if (drop)
+                drop(arg, fd);
             else
                 close(fd);
         }

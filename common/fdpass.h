@@ -18,6 +18,8 @@
 #include <sys/uio.h>
 
 #define GR_FDPASS_MAX 64        /* fds one message may carry, either way */
+#define GR_FDPASS_RECV_MAX 253  /* room when receiving: the kernel's SCM_MAX_FD, so that it
+                                 * never drops (and closes, in our thread) any itself */
 
 /*
  * sendmsg(iov, niov) with fds[0..nfds) attached (nfds 0..GR_FDPASS_MAX),
@@ -38,6 +40,10 @@ ssize_t gr__send_fds(int sock, const struct iovec *iov, int niov, const int *fds
  */
 ssize_t gr__recv_fds(int sock, void *buf, size_t len, int *fds, int maxfds, int *nfds,
                      int flags, int *mflags);
+/* The same, handing the fds beyond maxfds to drop(arg, fd) instead of
+ * closing them (a close can block: a daemon closes elsewhere). */
+ssize_t gr__recv_fds_drop(int sock, void *buf, size_t len, int *fds, int maxfds, int *nfds,
+                          int flags, int *mflags, void (*drop)(void *arg, int fd), void *arg);
 
 /* Close fds[0..n) that are >= 0 and set them to -1. */
 void gr__close_fds(int *fds, int n);

@@ -8,10 +8,16 @@
  * access proof right after starting its first chunk read stalled every
  * client for that long; and a client can send a descriptor whose close
  * blocks for seconds (a TCP socket lingering over unsent bytes).  A closer
- * is one thread that does the closing; the loop hands it descriptors.
+ * is one thread that does the closing; the loop hands it descriptors.  A
+ * socket loses its lingering first; a close that still takes over 250 ms
+ * is interrupted by a timer signal of the thread's own (SIGRTMIN + 4), so
+ * that a client who turns lingering back on in the meantime costs the
+ * thread that much, not the linger time.
  */
 #ifndef GR_CLOSER_H
 #define GR_CLOSER_H
+
+#include <stdint.h>
 
 typedef struct closer closer;
 
@@ -24,7 +30,12 @@ int closer_new(unsigned max, closer **out);
  * Any thread. */
 void closer_put(closer *c, int fd);
 
-/* Close everything still waiting, stop the thread, free.  NULL-safe. */
+/* How many closes took over a quarter of a second and were interrupted
+ * (the descriptor is released all the same). */
+uint64_t closer_interrupted(const closer *c);
+
+/* Close everything still waiting (each given 10 ms), stop the thread,
+ * free.  NULL-safe. */
 void closer_free(closer **c);
 
 #endif

@@ -388,10 +388,10 @@ static void conn_readable(conn *c)
         if (c->inflight >= CONN_MAX_INFLIGHT || c->outq_bytes >= CONN_MAX_OUTQ)
             break;                  /* back-pressure: leave the rest unread */
         /* One more fd than any request may carry, so that a request with
-         * too many is seen (and refused); every other fd is closed by
-         * gr__recv_fds. */
-        n = gr__recv_fds(c->fd, s->rbuf, sizeof(s->rbuf), fds, CONN_MAX_FDS + 1, &nfds,
-                         MSG_DONTWAIT, &mflags);
+         * too many is seen (and refused); every other fd goes to the
+         * closer (a client's fd may take its time to close). */
+        n = gr__recv_fds_drop(c->fd, s->rbuf, sizeof(s->rbuf), fds, CONN_MAX_FDS + 1, &nfds,
+                              MSG_DONTWAIT, &mflags, close_later, s->d.src);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
         if (n < 0) {

@@ -269,4 +269,10 @@ void meta_fill_attr(const conn *c, const struct stat *st, proto_attr *a);
  * job: 0 for every job the caller may see. */
 void admin_analyze(conn *c, uint32_t req_id, uint64_t job);
 
+/* gr__recv_fds_drop's drop: a client's surplus fd to the source's closer. */
+static inline void close_later(void *src, int fd)
+{
+    source_close_later(src, fd);
+}
+
 #endif

@@ -90,7 +90,8 @@ static void refuse(server *s, int fd, int err, const char *why)
     if (gr__send_fds(fd, &iov, 1, NULL, 0, MSG_DONTWAIT) < 0)
         log_debug("refused client: %s", strerror(errno));
     for (int i = 0; i < CONN_MAX_INFLIGHT; i++)
-        if (gr__recv_fds(fd, s->rbuf, sizeof(s->rbuf), fds, 0, &nfds, MSG_DONTWAIT, NULL) <= 0)
+        if (gr__recv_fds_drop(fd, s->rbuf, sizeof(s->rbuf), fds, 0, &nfds, MSG_DONTWAIT, NULL,
+                              close_later, s->d.src) <= 0)
             break;
     close(fd);
     s->d.stats->connections_refused++;

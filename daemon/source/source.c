@@ -492,7 +492,10 @@ static int proof_named(source *s, int root, int proof, const char *norm)
         return 0;
     snprintf(link, sizeof(link), "/proc/self/fd/%d", proof);
     n = readlink(link, buf, PATH_MAX);
-    named = n == (ssize_t)len && memcmp(buf, norm, len) == 0;
+    /* The kernel adds " (deleted)" to the name of a removed file (one with
+     * another link left has nlink > 0): a path that ends so is looked up. */
+    named = n == (ssize_t)len && memcmp(buf, norm, len) == 0 &&
+            !(len >= 10 && memcmp(norm + len - 10, " (deleted)", 10) == 0);
     free(buf);
     return named;
 }
