@@ -484,6 +484,20 @@ START_TEST(test_kept_proof)
     ck_assert_int_eq(raw_read(fd, 3, h, 0, 100000, buf), 0);
     ck_assert(tu_check_pattern(buf, 41, 0, 100000));
 
+    /* The next cold file: its name checked on the loop (the root's mount
+     * known and the device not Lustre), no I/O thread involved. */
+    q = open(other, O_RDONLY);
+    len = proto_enc_open(req, sizeof(req), 8, other, strlen(other));
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &q, 1, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    close(q);
+    ck_assert_int_eq(raw_read(fd, 9, m.u.attr.handle, 0, 1000, buf), 0);
+    ck_assert(tu_check_pattern(buf, 43, 0, 1000));
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 2);
+    ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 2);
+    spared++;
+    looked++;
+
     q = open(rw, O_RDWR);
     ck_assert_int_ge(q, 0);
     ck_assert_int_eq(open_with_proof(fd, 4, rw, q, &size), 0);

@@ -472,21 +472,31 @@ int source_stat_open(source *s, const char *norm, int root, struct stat *st, int
  * names the proof's file, as of the client's open a moment ago, with no
  * lookup.  A name through a link, a file renamed or removed since, another
  * mount (a submount under the root, or another namespace's): no, and the
- * caller looks the path up. */
-static int proof_named(source *s, int root, int proof, const char *norm)
+ * caller looks the path up.  may_block 0 (the loop): the root's mount as
+ * last checked, if that was under ROOT_RECHECK_S ago, else no; 1: the
+ * root checked again when due (an open of its path). */
+static int proof_named(source *s, int root, int proof, const char *norm, int may_block)
 {
     size_t len = strlen(norm);
     char link[40], err[8], *buf;
     uint64_t mnt = 0;
     ssize_t n;
-    int named, dfd = root_get(s, root, err, sizeof(err));    /* (re)checked as for a walk */
+    int named;
 
-    if (dfd >= 0) {
+    if (may_block) {
+        int dfd = root_get(s, root, err, sizeof(err));
+        if (dfd >= 0) {
+            pthread_mutex_lock(&s->fs_lock);
+            if (dfd == s->rfd[root].fd)
+                mnt = s->rfd[root].mnt_id;
+            pthread_mutex_unlock(&s->fs_lock);
+            root_put(s, root, dfd);
+        }
+    } else {
         pthread_mutex_lock(&s->fs_lock);
-        if (dfd == s->rfd[root].fd)
+        if (s->rfd[root].fd >= 0 && gr__now_s() - s->rfd[root].checked < ROOT_RECHECK_S)
             mnt = s->rfd[root].mnt_id;
         pthread_mutex_unlock(&s->fs_lock);
-        root_put(s, root, dfd);
     }
     if (!mnt || mount_id(proof) != mnt || len >= PATH_MAX || !(buf = malloc(PATH_MAX)))
         return 0;
@@ -500,24 +510,54 @@ static int proof_named(source *s, int root, int proof, const char *norm)
     return named;
 }
 
+/* A proof the daemon may keep: a plain read-only descriptor (one open for
+ * writing would keep the file open for writing after its owner closed it:
+ * ETXTBSY for exec, write delegations; O_DIRECT reads want aligned
+ * buffers) of a regular, linked file, whose attributes go to *pst. */
+static int proof_keepable(int proof, struct stat *pst)
+{
+    int fl = fcntl(proof, F_GETFL);
+
+    return fl >= 0 && (fl & O_ACCMODE) == O_RDONLY && !(fl & (O_PATH | O_DIRECT)) &&
+           fstat(proof, pst) == 0 && S_ISREG(pst->st_mode) && pst->st_nlink > 0;
+}
+
+int source_proof_named(source *s, const char *norm, int root, int proof, struct stat *st,
+                       int *fdp)
+{
+    int lustre = -1, fd;
+
+    if (!proof_keepable(proof, st))
+        return 0;
+    pthread_mutex_lock(&s->fs_lock);
+    for (int i = 0; i < s->nfs_seen; i++)
+        if (s->fs_seen[i].dev == st->st_dev)
+            lustre = s->fs_seen[i].lustre;
+    pthread_mutex_unlock(&s->fs_lock);
+    /* Not knowing (a statfs) or Lustre (an ioctl for the stripe) is for an
+     * I/O thread. */
+    if (lustre != 0 || !proof_named(s, root, proof, norm, 0))
+        return 0;
+    fd = fcntl(proof, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        return 0;
+    *fdp = fd;
+    return 1;
+}
+
 int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
                       int *fdp, char *err, size_t errlen)
 {
-    int fl = fcntl(proof, F_GETFL), fd, rc = 0, named;
+    int fd, rc = 0, named;
     struct stat pst;
 
-    /* Only a plain read-only descriptor is kept: one open for writing
-     * would keep the file open for writing (ETXTBSY for exec, write
-     * delegations) after its owner closed it; O_DIRECT reads want aligned
-     * buffers. */
-    if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || (fl & (O_PATH | O_DIRECT)) ||
-        fstat(proof, &pst) < 0 || !S_ISREG(pst.st_mode) || pst.st_nlink == 0)
+    if (!proof_keepable(proof, &pst))
         return -EAGAIN;
     /* The path must name the proof's file: the proof's own name says so,
      * or the path is resolved beneath the root as source_stat_open does,
      * with nothing opened (O_PATH: a lookup, and the attributes it
      * brought). */
-    named = proof_named(s, root, proof, norm);
+    named = proof_named(s, root, proof, norm, 1);
     if (named) {
         *st = pst;
     } else {

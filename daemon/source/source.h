@@ -98,6 +98,12 @@ void source_close_later(source *s, int fd);
  * error, as source_stat_open would give it. */
 int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
                       int *fd, char *err, size_t errlen);
+/* Loop thread, no file system operation: source_stat_proof's case 1 where
+ * it can be told without one (the root's mount checked under a second ago,
+ * the device known not to be Lustre).  1 with *st and *fd as there; 0: ask
+ * source_stat_proof on an I/O thread. */
+int source_proof_named(source *s, const char *norm, int root, int proof, struct stat *st,
+                       int *fd);
 
 /*
  * I/O thread: read chunk idx of f into buf (at least f->chunk_size bytes).
