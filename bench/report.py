@@ -112,7 +112,7 @@ p("How to read: **cold** = first pass, every cache empty and the page cache drop
   "by the row's: above 1 Granary is faster. Latency is per operation (a whole file, or one range).")
 
 
-def throughput_table(scen, title, what):
+def throughput_table(scen, title, what, more=()):
     p()
     p("## %s" % title)
     p()
@@ -128,7 +128,7 @@ def throughput_table(scen, title, what):
 
     for sysname, label in (("dfs", "DFS mount, direct"), ("staging", "staging to local disk"),
                            ("page cache", "page cache (DFS mount)"), ("memcached", "memcached"),
-                           ("redis", "Redis"), ("granary", "Granary")):
+                           ("redis", "Redis"), ("granary", "Granary")) + tuple(more):
         if sysname == "dfs":
             r = find(scen, "dfs", "cold")
             if r:
@@ -156,7 +156,11 @@ if find("user", "granary", "cold"):
     throughput_table("user", "2b. 100 KB sample files as a user, shuffled",
                      "The samples of table 2 read as uid 65534 (so each OPEN carries the reader's own "
                      "read descriptor: access_check = fd, the default) in a shuffled order, which no "
-                     "read-ahead across files can guess: the cold pass of a data loader's first epoch.")
+                     "read-ahead across files can guess: the cold pass of a data loader's first epoch. "
+                     "A warm open still costs the reader's own open of the file on the DFS (its proof). "
+                     "Granary dataset: the directory registered (`granaryctl dataset add`, "
+                     "access_check = judge), so that opens are answered from its manifest.",
+                     more=(("granary dataset", "Granary, dataset registered"),))
 throughput_table("random", "3. Random 64 KiB ranges of the large files",
                  "64 KiB at random aligned offsets of random files, handles kept open; warm repeats the "
                  "same ranges. memcached, Redis and Granary fetch whole chunks on a miss, so their cold "
