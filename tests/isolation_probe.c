@@ -8,6 +8,7 @@
  *   isolation_probe read-plain SOCKET PATH
  *   isolation_probe open-status SOCKET PATH
  *   isolation_probe hint-bomb SOCKET PATH NCONN HOLD_MS
+ *   isolation_probe stale-name SOCKET PATH DELAY_MS
  *
  * SECRET_PATH is another user's 0600 file whose bytes contain NEEDLE;
  * PUBLIC_PATH a file this user may read.  Each check prints "ok   what" or
@@ -25,7 +26,9 @@
  * out); open-status prints the status of a raw OPEN of PATH without a
  * proof; hint-bomb opens NCONN connections that each hint all of PATH (a
  * large sparse file), prints how many HINTs were accepted and refused
- * (E2BIG), and holds the connections HOLD_MS.
+ * (E2BIG), and holds the connections HOLD_MS; stale-name opens PATH, waits
+ * DELAY_MS and sends a raw OPEN of PATH with that descriptor as the proof
+ * (tests/test_dfs.sh renames PATH away on another mount meanwhile).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -261,6 +264,23 @@ static int mode_open_status(int argc, char **argv)
     return 0;
 }
 
+/* Open PATH, wait DELAY_MS (someone renames things meanwhile), then a raw
+ * OPEN of PATH with that old descriptor as the proof: prints its status. */
+static int mode_stale_name(int argc, char **argv)
+{
+    int s, fd;
+
+    if (argc != 5)
+        return 100;
+    s = raw_connect(argv[2]);
+    fd = open(argv[3], O_RDONLY | O_CLOEXEC);
+    if (s < 0 || fd < 0)
+        return 100;
+    usleep((useconds_t)atoi(argv[4]) * 1000);
+    printf("%d\n", raw_open(s, argv[3], fd));
+    return 0;
+}
+
 static int mode_hint_bomb(int argc, char **argv)
 {
     int n, ok = 0, big = 0, other = 0, *socks;
@@ -317,6 +337,8 @@ int main(int argc, char **argv)
         return mode_open_status(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "hint-bomb"))
         return mode_hint_bomb(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "stale-name"))
+        return mode_stale_name(argc, argv);
     if (argc != 5) {
         fprintf(stderr, "usage: isolation_probe SOCKET SECRET PUBLIC NEEDLE (or a mode, see the file)\n");
         return 100;

@@ -27,7 +27,6 @@ struct closer {
     int *ring;                  /* waiting descriptors, head..head+n-1 mod max */
     unsigned max, head, n;
     int stop;
-    uint64_t interrupted;       /* closes cut short (a lingering socket, a hung mount) */
 };
 
 static void closer_sig(int sig)
@@ -35,22 +34,24 @@ static void closer_sig(int sig)
     (void)sig;                  /* only there to interrupt a blocked close */
 }
 
-/* A socket's lingering off: closed at once in the background, rather than
- * after its unsent bytes leave (or never). */
+/* A socket's lingering off: closed at once, its unsent bytes left to the
+ * kernel in the background, rather than waited for (or never). */
 static void no_linger(int fd)
 {
-    static const struct linger off = { 1, 0 };
+    static const struct linger off = { 0, 0 };
 
     (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));    /* ENOTSOCK: not one */
 }
 
 /*
  * Every close runs under a timer of this thread's own: past CLOSE_PATIENCE_NS
- * its signal interrupts it (a close always releases the descriptor; what
- * was waiting, a socket's linger or a FUSE flush, is abandoned).  A client
- * that turns lingering back on for a socket it passed us (it holds its own
- * copy, and ours is the last) thus costs this thread a quarter of a second,
- * not the linger time, and never the loop.
+ * its signal interrupts it (a close always releases the descriptor).  A
+ * client that turns lingering back on for a socket it passed us (it holds
+ * its own copy, and ours is the last) thus costs this thread a quarter of a
+ * second, not the linger time, and never the loop.  A FUSE FLUSH is only
+ * told of the interruption (FUSE_INTERRUPT) and waited for still: a FUSE
+ * server that never answers holds this thread (ARCHITECTURE.md, Known
+ * limits).
  */
 static void *closer_main(void *arg)
 {
@@ -85,15 +86,12 @@ static void *closer_main(void *arg)
         pthread_mutex_unlock(&c->lock);
         for (unsigned i = 0; i < k; i++) {
             struct itimerspec on = { { 0, patience }, { 0, patience } }, off = { { 0, 0 }, { 0, 0 } };
-            int rc;
             no_linger(batch[i]);
             if (have_timer)
                 timer_settime(timer, 0, &on, NULL);
-            rc = close(batch[i]);
+            close(batch[i]);
             if (have_timer)
                 timer_settime(timer, 0, &off, NULL);
-            if (rc < 0 && errno == EINTR)
-                __atomic_add_fetch(&c->interrupted, 1, __ATOMIC_RELAXED);
         }
         pthread_mutex_lock(&c->lock);
     }
@@ -151,11 +149,6 @@ void closer_put(closer *c, int fd)
     }
     no_linger(fd);
     close(fd);
-}
-
-uint64_t closer_interrupted(const closer *c)
-{
-    return c ? __atomic_load_n(&c->interrupted, __ATOMIC_RELAXED) : 0;
 }
 
 void closer_free(closer **cp)

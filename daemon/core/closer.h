@@ -12,12 +12,12 @@
  * socket loses its lingering first; a close that still takes over 250 ms
  * is interrupted by a timer signal of the thread's own (SIGRTMIN + 4), so
  * that a client who turns lingering back on in the meantime costs the
- * thread that much, not the linger time.
+ * thread that much, not the linger time.  (A FUSE FLUSH that its server
+ * never answers is waited for all the same.)
  */
 #ifndef GR_CLOSER_H
 #define GR_CLOSER_H
 
-#include <stdint.h>
 
 typedef struct closer closer;
 
@@ -29,10 +29,6 @@ int closer_new(unsigned max, closer **out);
 /* Close fd (>= 0) soon, on the closer's thread; c NULL closes it now.
  * Any thread. */
 void closer_put(closer *c, int fd);
-
-/* How many closes took over a quarter of a second and were interrupted
- * (the descriptor is released all the same). */
-uint64_t closer_interrupted(const closer *c);
 
 /* Close everything still waiting (each given 10 ms), stop the thread,
  * free.  NULL-safe. */

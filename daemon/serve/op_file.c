@@ -160,7 +160,8 @@ static int check_proof(const conn *c, int proof, int judged, const srcfile *f, c
         snprintf(err, errlen, "access proof refused: the fd passed is not open for reading");
         return -EACCES;
     }
-    if (fstat(proof, &st) < 0 || st.st_dev != f->st.st_dev || st.st_ino != f->st.st_ino) {
+    if (source_fstat_cached(proof, &st) < 0 || st.st_dev != f->st.st_dev ||
+        st.st_ino != f->st.st_ino) {
         snprintf(err, errlen, "access proof refused: the fd passed is not %.200s", f->path);
         return -EACCES;
     }
@@ -256,7 +257,14 @@ static void open_done(wq_job *j)
         reply_error(c, o->x.op, o->req_id, o->rc, o->errmsg);
         free(o->norm);
     } else {
-        f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
+        /* A proof known by its own name answers this client alone: the
+         * name is the dentry's as this node last saw it, which on a DFS
+         * another node may have renamed since, so it goes into no
+         * attribute-cache entry that others are answered from. */
+        if (o->named_proof)
+            f = source_proof_file(c->srv->d.src, o->norm, o->root, &o->st, o->fd);
+        else
+            f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
         o->fd = -1;
         if (o->kept_proof)
             c->srv->d.stats->source_opens_spared++;
@@ -558,7 +566,7 @@ static srcfile *proof_vs_cache(conn *c, const char *norm, int proof, srcfile *f,
     struct stat st;
 
     *proven = 0;
-    if (!proof_readable(proof) || fstat(proof, &st) < 0)
+    if (!proof_readable(proof) || source_fstat_cached(proof, &st) < 0)
         return f;                   /* check_proof refuses it */
     if (f && !source_same_file(&st, &f->st))
         srcfile_unref(&f);
@@ -608,12 +616,13 @@ static void open_fs(conn *c, uint32_t req_id, int *proof_slot, char *norm, int r
         return;
     }
     /* A proof whose own name is the path, told here without the file
-     * system: kept, and answered with no I/O thread's round trip. */
+     * system: kept, and answered with no I/O thread's round trip, from a
+     * srcfile of this client's (see open_done). */
     if (proof >= 0) {
         struct stat st;
         int kfd;
         if (source_proof_named(s->d.src, norm, root, proof, &st, &kfd)) {
-            f = source_install_fd(s->d.src, norm, root, &st, kfd, gr__now_s());
+            f = source_proof_file(s->d.src, norm, root, &st, kfd);  /* this client's alone */
             s->d.stats->source_opens_spared++;
             s->d.stats->source_lookups_spared++;
             if (f)

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -510,16 +512,42 @@ static int proof_named(source *s, int root, int proof, const char *norm, int may
     return named;
 }
 
+int source_fstat_cached(int fd, struct stat *st)
+{
+    struct statx x;
+
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &x) < 0)
+        return -1;
+    memset(st, 0, sizeof(*st));
+    st->st_dev = makedev(x.stx_dev_major, x.stx_dev_minor);
+    st->st_ino = (ino_t)x.stx_ino;
+    st->st_mode = x.stx_mode;
+    st->st_nlink = x.stx_nlink;
+    st->st_uid = x.stx_uid;
+    st->st_gid = x.stx_gid;
+    st->st_size = (off_t)x.stx_size;
+    st->st_blksize = (blksize_t)x.stx_blksize;
+    st->st_blocks = (blkcnt_t)x.stx_blocks;
+    st->st_atim.tv_sec = x.stx_atime.tv_sec;
+    st->st_atim.tv_nsec = x.stx_atime.tv_nsec;
+    st->st_mtim.tv_sec = x.stx_mtime.tv_sec;
+    st->st_mtim.tv_nsec = x.stx_mtime.tv_nsec;
+    st->st_ctim.tv_sec = x.stx_ctime.tv_sec;
+    st->st_ctim.tv_nsec = x.stx_ctime.tv_nsec;
+    return 0;
+}
+
 /* A proof the daemon may keep: a plain read-only descriptor (one open for
  * writing would keep the file open for writing after its owner closed it:
  * ETXTBSY for exec, write delegations; O_DIRECT reads want aligned
- * buffers) of a regular, linked file, whose attributes go to *pst. */
+ * buffers) of a regular, linked file, whose attributes go to *pst (as the
+ * kernel has them: see source_fstat_cached). */
 static int proof_keepable(int proof, struct stat *pst)
 {
     int fl = fcntl(proof, F_GETFL);
 
     return fl >= 0 && (fl & O_ACCMODE) == O_RDONLY && !(fl & (O_PATH | O_DIRECT)) &&
-           fstat(proof, pst) == 0 && S_ISREG(pst->st_mode) && pst->st_nlink > 0;
+           source_fstat_cached(proof, pst) == 0 && S_ISREG(pst->st_mode) && pst->st_nlink > 0;
 }
 
 int source_proof_named(source *s, const char *norm, int root, int proof, struct stat *st,
@@ -635,7 +663,7 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
      * afresh: it may be a client's kept proof whose flags its owner changed
      * since (O_DIRECT, which wants aligned reads), which must cost work,
      * never other readers' data. */
-    int again = fd >= 0 && !f->pinned;
+    int again = fd >= 0 && (!f->pinned || f->named);
 
 reopen:
     if (fd < 0) {
@@ -881,6 +909,15 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
     if (fd >= 0)
         fd_keep(s, f, fd);
     return srcfile_ref(f);
+}
+
+srcfile *source_proof_file(source *s, char *norm, int root, const struct stat *st, int fd)
+{
+    srcfile *f = source_pinned(s, norm, root, st, fd);
+
+    if (f)
+        f->named = 1;
+    return f;
 }
 
 srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, int fd)
