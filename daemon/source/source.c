@@ -443,21 +443,32 @@ int source_stat(source *s, const char *norm, int root, struct stat *st, char *er
     return rc;
 }
 
+/* fstat of fd, norm's: 0 for a regular file, else -errno (-EISDIR, -EINVAL
+ * for anything else) with the reason in err. */
+static int stat_regular(int fd, const char *norm, struct stat *st, char *err, size_t errlen)
+{
+    if (fstat(fd, st) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(e));
+        return -e;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, errlen, "not a regular file: %.200s", norm);
+        return S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+    }
+    return 0;
+}
+
 int source_stat_open(source *s, const char *norm, int root, struct stat *st, int *fdp,
                      char *err, size_t errlen)
 {
     int fd = open_beneath(s, norm, root, err, errlen);
-    int rc = 0;
+    int rc;
 
     if (fd < 0)
         return fd;
-    if (fstat(fd, st) < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
-    } else if (!S_ISREG(st->st_mode)) {
-        rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
-        snprintf(err, errlen, "not a regular file: %.200s", norm);
-    } else {
+    rc = stat_regular(fd, norm, st, err, errlen);
+    if (rc == 0) {
         uint32_t stripe = lustre_stripe(s, fd, st->st_dev);
         if (stripe)
             st->st_blksize = (blksize_t)stripe;
@@ -592,15 +603,9 @@ int source_stat_proof(source *s, const char *norm, int root, int proof, struct s
         fd = open_beneath_how(s, norm, root, O_PATH, err, errlen);
         if (fd < 0)
             return fd;
-        if (fstat(fd, st) < 0) {
-            rc = -errno;
-            snprintf(err, errlen, "stat %.200s: %s", norm, strerror(errno));
-        } else if (!S_ISREG(st->st_mode)) {
-            rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
-            snprintf(err, errlen, "not a regular file: %.200s", norm);
-        } else if (!source_same_file(st, &pst)) {
+        rc = stat_regular(fd, norm, st, err, errlen);
+        if (rc == 0 && !source_same_file(st, &pst))
             rc = -EAGAIN;       /* another file, or changed since: opened the usual way */
-        }
         close(fd);
         if (rc < 0)
             return rc;
