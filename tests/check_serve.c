@@ -546,6 +546,49 @@ START_TEST(test_kept_proof)
 }
 END_TEST
 
+/* A client that opens one file many times with the same proof, holding
+ * every handle: each handle's file is its own (a proof known by its name
+ * answers its client alone), and the descriptors kept for them stay within
+ * half of [source] fd_cache.  A review found a single fd passed 8192 times
+ * held 8192 descriptors in the daemon, past any limit.  Reads of every
+ * handle stay byte-exact (past the bound, the file is opened by name). */
+START_TEST(test_kept_proofs_bounded)
+{
+    enum { N = 40 };
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
+    char path[600], buf[1000];
+    uint32_t h[N];
+    proto_msg m;
+    ssize_t len;
+    int fd, p;
+
+    tu_daemon_init(&d, "[source]\nfd_cache = 8\n");
+    snprintf(path, sizeof(path), "%s/x", d.src);
+    tu_write_pattern(path, 17, sizeof(buf));
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    fd = raw_connect(&d);
+    p = open(path, O_RDONLY);
+    for (int i = 0; i < N; i++) {
+        len = proto_enc_open(req, sizeof(req), (uint32_t)i + 1, path, strlen(path));
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+        h[i] = m.u.attr.handle;
+    }
+    close(p);
+    ck_assert_uint_le(tu_stat(&d, "source_fds_cached"), 8);
+    for (int i = 0; i < N; i += 13) {
+        ck_assert_int_eq(raw_read(fd, 100 + (uint32_t)i, h[i], 0, sizeof(buf), buf), 0);
+        ck_assert(tu_check_pattern(buf, 17, 0, sizeof(buf)));
+    }
+    ck_assert_int_eq(raw_read(fd, 200, h[N - 1], 0, sizeof(buf), buf), 0);
+    ck_assert(tu_check_pattern(buf, 17, 0, sizeof(buf)));
+    close(fd);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* A TCP socket whose close blocks: SO_LINGER on, its unsent bytes stuck
  * (the peer, kept in *peer, never reads).  -1 if loopback TCP is missing. */
 static int lingering_socket(int *peer, int secs)
@@ -1497,6 +1540,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_proof_revalidates);
     tcase_add_test(tc, test_reused_inode_forgery);
     tcase_add_test(tc, test_kept_proof);
+    tcase_add_test(tc, test_kept_proofs_bounded);
     tcase_add_test(tc, test_blocking_close_off_loop);
     tcase_add_test(tc, test_fifo_open_refused);
     tcase_add_test(tc, test_nokeep_from_the_spec);

@@ -160,8 +160,7 @@ static int check_proof(const conn *c, int proof, int judged, const srcfile *f, c
         snprintf(err, errlen, "access proof refused: the fd passed is not open for reading");
         return -EACCES;
     }
-    if (source_fstat_cached(proof, &st) < 0 || st.st_dev != f->st.st_dev ||
-        st.st_ino != f->st.st_ino) {
+    if (fstat(proof, &st) < 0 || st.st_dev != f->st.st_dev || st.st_ino != f->st.st_ino) {
         snprintf(err, errlen, "access proof refused: the fd passed is not %.200s", f->path);
         return -EACCES;
     }
@@ -566,7 +565,7 @@ static srcfile *proof_vs_cache(conn *c, const char *norm, int proof, srcfile *f,
     struct stat st;
 
     *proven = 0;
-    if (!proof_readable(proof) || source_fstat_cached(proof, &st) < 0)
+    if (!proof_readable(proof) || fstat(proof, &st) < 0)
         return f;                   /* check_proof refuses it */
     if (f && !source_same_file(&st, &f->st))
         srcfile_unref(&f);

@@ -12,9 +12,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +87,7 @@ struct source {
      * srcfiles holding one, least recently used first. */
     gr__list fd_lru;
     size_t nfds, fd_max;
+    size_t nprivate;                    /* of nfds, clients' kept proofs (source_proof_file) */
     closer *cl;                         /* closes off the loop (closer.h) */
 };
 
@@ -523,42 +522,16 @@ static int proof_named(source *s, int root, int proof, const char *norm, int may
     return named;
 }
 
-int source_fstat_cached(int fd, struct stat *st)
-{
-    struct statx x;
-
-    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &x) < 0)
-        return -1;
-    memset(st, 0, sizeof(*st));
-    st->st_dev = makedev(x.stx_dev_major, x.stx_dev_minor);
-    st->st_ino = (ino_t)x.stx_ino;
-    st->st_mode = x.stx_mode;
-    st->st_nlink = x.stx_nlink;
-    st->st_uid = x.stx_uid;
-    st->st_gid = x.stx_gid;
-    st->st_size = (off_t)x.stx_size;
-    st->st_blksize = (blksize_t)x.stx_blksize;
-    st->st_blocks = (blkcnt_t)x.stx_blocks;
-    st->st_atim.tv_sec = x.stx_atime.tv_sec;
-    st->st_atim.tv_nsec = x.stx_atime.tv_nsec;
-    st->st_mtim.tv_sec = x.stx_mtime.tv_sec;
-    st->st_mtim.tv_nsec = x.stx_mtime.tv_nsec;
-    st->st_ctim.tv_sec = x.stx_ctime.tv_sec;
-    st->st_ctim.tv_nsec = x.stx_ctime.tv_nsec;
-    return 0;
-}
-
 /* A proof the daemon may keep: a plain read-only descriptor (one open for
  * writing would keep the file open for writing after its owner closed it:
  * ETXTBSY for exec, write delegations; O_DIRECT reads want aligned
- * buffers) of a regular, linked file, whose attributes go to *pst (as the
- * kernel has them: see source_fstat_cached). */
+ * buffers) of a regular, linked file, whose attributes go to *pst. */
 static int proof_keepable(int proof, struct stat *pst)
 {
     int fl = fcntl(proof, F_GETFL);
 
     return fl >= 0 && (fl & O_ACCMODE) == O_RDONLY && !(fl & (O_PATH | O_DIRECT)) &&
-           source_fstat_cached(proof, pst) == 0 && S_ISREG(pst->st_mode) && pst->st_nlink > 0;
+           fstat(proof, pst) == 0 && S_ISREG(pst->st_mode) && pst->st_nlink > 0;
 }
 
 int source_proof_named(source *s, const char *norm, int root, int proof, struct stat *st,
@@ -809,6 +782,7 @@ static void fd_drop(srcfile *f)
     f->fd = -1;
     gr__list_remove(&f->fdage);
     f->src->nfds--;
+    f->src->nprivate -= (size_t)f->private_fd;
 }
 
 /* Keep fd for f if the fd cache has, or can make, room; else close it. */
@@ -918,10 +892,22 @@ srcfile *source_install_fd(source *s, char *norm, int root, const struct stat *s
 
 srcfile *source_proof_file(source *s, char *norm, int root, const struct stat *st, int fd)
 {
-    srcfile *f = source_pinned(s, norm, root, st, fd);
+    srcfile *f;
 
-    if (f)
+    /* At most half the fd cache: a client opening and holding many handles
+     * (each a srcfile of its own) must not take the descriptors of files
+     * everyone reads, nor the daemon's fd limit.  Past it the file is
+     * opened by name at each chunk read, as with fd_cache = 0. */
+    if (fd >= 0 && s->nprivate >= s->fd_max / 2) {
+        closer_put(s->cl, fd);
+        fd = -1;
+    }
+    f = source_pinned(s, norm, root, st, fd);
+    if (f) {
         f->named = 1;
+        f->private_fd = fd >= 0;
+        s->nprivate += (size_t)f->private_fd;
+    }
     return f;
 }
 
@@ -931,7 +917,7 @@ srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, i
 
     if (!f) {
         free(norm);
-        close(fd);
+        closer_put(s->cl, fd);
         return NULL;
     }
     f->refs = 1;
@@ -946,7 +932,8 @@ srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, i
     f->fd = fd;
     f->src = s;
     f->pinned = 1;
-    s->nfds++;                          /* fd_drop's count, at the last unref */
+    if (fd >= 0)
+        s->nfds++;                      /* fd_drop's count, at the last unref */
     return f;
 }
 

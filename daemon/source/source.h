@@ -44,6 +44,7 @@ struct srcfile {
     int cached;                 /* still the attr cache's current entry */
     int pinned;                 /* source_pinned: fd is the file, with or without a name */
     int named;                  /* source_proof_file: ... with a name to open it again by */
+    int private_fd;             /* source_proof_file: fd counts against its half of fd_cache */
     gr__hnode hn;               /* attr cache: by path */
     gr__list age;               /* attr cache: oldest first */
     /* The file held open from its OPEN for the chunk reads, or -1 (see
@@ -99,13 +100,6 @@ void source_close_later(source *s, int fd);
  * error, as source_stat_open would give it. */
 int source_stat_proof(source *s, const char *norm, int root, int proof, struct stat *st,
                       int *fd, char *err, size_t errlen);
-/* fstat(2) as the kernel has the attributes, without asking the file
- * system (statx, AT_STATX_DONT_SYNC): for a client's descriptor on the
- * loop, where a FUSE file's GETATTR would be a round trip (and one a FUSE
- * server that never answers would hold the loop in).  A descriptor just
- * opened has them as fresh as its open's lookup.  0 or -1 (errno). */
-int source_fstat_cached(int fd, struct stat *st);
-
 /* Loop thread, no file system operation: source_stat_proof's case 1 where
  * it can be told without one (the root's mount checked under a second ago,
  * the device known not to be Lustre).  1 with *st and *fd as there; 0: ask
@@ -176,7 +170,8 @@ srcfile *source_pinned(source *s, char *norm, int root, const struct stat *st, i
 /* The same for a client's kept proof whose own name was norm (one client's
  * view: see op_file.c), read through fd; a read that fails through it is
  * repeated through the file opened again by name, which must still be the
- * file (source_same_file). */
+ * file (source_same_file).  Such fds take at most half of [source] fd_cache;
+ * past that fd is closed and the file opened by name at each chunk read. */
 srcfile *source_proof_file(source *s, char *norm, int root, const struct stat *st, int fd);
 /* Loop thread: fds the source holds open now: the fd cache's files and the
  * roots' directories. */
