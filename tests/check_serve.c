@@ -521,6 +521,15 @@ START_TEST(test_kept_proof)
     close(q);
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 2);
     ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 1);
+    /* ...for that client alone: its description (whose flags it may
+     * change) is in no entry that an OPEN without a proof is answered from. */
+    {
+        uint64_t hits = tu_stat(&d, "attr_cache_hits");
+        len = proto_enc_open(req, sizeof(req), 10, lnk, strlen(lnk));
+        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_uint_eq(tu_stat(&d, "attr_cache_hits"), hits);
+    }
     /* The name of a removed link reads back as "NAME (deleted)": not a
      * name of the file (a review's finding), so that path is looked up
      * (and is not there). */

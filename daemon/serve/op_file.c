@@ -256,11 +256,13 @@ static void open_done(wq_job *j)
         reply_error(c, o->x.op, o->req_id, o->rc, o->errmsg);
         free(o->norm);
     } else {
-        /* A proof known by its own name answers this client alone: the
-         * name is the dentry's as this node last saw it, which on a DFS
-         * another node may have renamed since, so it goes into no
+        /* A kept proof answers this client alone.  Known by its own name,
+         * the name is the dentry's as this node last saw it, which on a DFS
+         * another node may have renamed since; and whichever way, it is
+         * the client's open file description, whose flags (F_SETFL) its
+         * owner may change under every reader's feet.  So it goes into no
          * attribute-cache entry that others are answered from. */
-        if (o->named_proof)
+        if (o->kept_proof)
             f = source_proof_file(c->srv->d.src, o->norm, o->root, &o->st, o->fd);
         else
             f = source_install_fd(c->srv->d.src, o->norm, o->root, &o->st, o->fd, gr__now_s());
