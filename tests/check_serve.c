@@ -598,6 +598,75 @@ START_TEST(test_kept_proofs_bounded)
 }
 END_TEST
 
+/* One client's fetch that fails fails no one else's read that joined it
+ * through a file of its own.  Client A's kept proof has O_DIRECT set on it
+ * and its directory renamed, so A's chunk read fails (EINVAL, then ENOENT
+ * by name); client B, who opened the file before the rename through the
+ * daemon's own descriptor, asks for the same chunk while A's read is under
+ * way (every source read is made 300 ms slower: GRANARY_FAULTS
+ * source_slow).  B used to get A's error (a review's finding); B now reads
+ * through its own file. */
+START_TEST(test_joined_fetch_failure)
+{
+    enum { SIZE = 5000 };
+    tu_daemon d;
+    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
+    char dir[600], dir2[600], path[700], buf[SIZE];
+    uint32_t ha, hb;
+    proto_msg m;
+    ssize_t len;
+    int fa, fb, p, ra;
+
+    tu_daemon_init(&d, NULL);
+    snprintf(dir, sizeof(dir), "%s/dir", d.src);
+    snprintf(dir2, sizeof(dir2), "%s/dir2", d.src);
+    snprintf(path, sizeof(path), "%s/x", dir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    tu_write_pattern(path, 23, SIZE);
+    setenv("GRANARY_FAULTS", "source_slow=1", 1);
+    ck_assert_int_eq(tu_daemon_start(&d), 0);
+    unsetenv("GRANARY_FAULTS");
+    fa = raw_connect(&d);
+    fb = raw_connect(&d);
+    p = open(path, O_RDONLY);
+    len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
+    ck_assert_int_gt(raw_call(fa, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);
+    ha = m.u.attr.handle;
+    ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), 1);              /* A's is kept */
+    len = proto_enc_open(req, sizeof(req), 2, path, strlen(path));
+    ck_assert_int_gt(raw_call(fb, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_eq(m.h.status, 0);                                        /* root, no proof */
+    hb = m.u.attr.handle;
+    ck_assert_int_eq(fcntl(p, F_SETFL, O_DIRECT), 0);
+    ck_assert_int_eq(rename(dir, dir2), 0);
+    {
+        proto_read rd = { .handle = ha, .len = SIZE, .off = 0 };
+        struct iovec iov = { req, 0 };
+        iov.iov_len = (size_t)proto_enc_read(req, sizeof(req), 3, &rd);
+        ck_assert_int_gt(gr__send_fds(fa, &iov, 1, NULL, 0, 0), 0);        /* A's, not waited for */
+    }
+    usleep(100 * 1000);
+    ck_assert_int_eq(raw_read(fb, 4, hb, 0, SIZE, buf), 0);
+    ck_assert(tu_check_pattern(buf, 23, 0, SIZE));
+    {
+        int got[4], ngot;
+        size_t used;
+        ssize_t n = gr__recv_fds(fa, rbuf, sizeof(rbuf), got, 4, &ngot, 0, NULL);
+        ck_assert_int_gt(n, 0);
+        gr__close_fds(got, ngot);
+        ck_assert_int_eq(proto_decode(rbuf, (size_t)n, &m, &used), 0);
+        ra = m.h.status;
+    }
+    ck_assert_int_lt(ra, 0);                        /* A's own read fails: her doing */
+    close(p);
+    close(fa);
+    close(fb);
+    ck_assert_int_eq(tu_daemon_stop(&d), 0);
+    tu_daemon_fini(&d);
+}
+END_TEST
+
 /* A TCP socket whose close blocks: SO_LINGER on, its unsent bytes stuck
  * (the peer, kept in *peer, never reads).  -1 if loopback TCP is missing. */
 static int lingering_socket(int *peer, int secs)
@@ -1550,6 +1619,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, test_reused_inode_forgery);
     tcase_add_test(tc, test_kept_proof);
     tcase_add_test(tc, test_kept_proofs_bounded);
+    tcase_add_test(tc, test_joined_fetch_failure);
     tcase_add_test(tc, test_blocking_close_off_loop);
     tcase_add_test(tc, test_fifo_open_refused);
     tcase_add_test(tc, test_nokeep_from_the_spec);

@@ -9,6 +9,7 @@
 
 static const char *const fault_names[FAULT_NPOINTS] = {
     [FAULT_REPLY_ALLOC] = "reply_alloc",
+    [FAULT_SOURCE_SLOW] = "source_slow",
 };
 
 static unsigned long fault_every[FAULT_NPOINTS];   /* 0: off */

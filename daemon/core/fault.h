@@ -14,6 +14,7 @@
 
 typedef enum fault_point {
     FAULT_REPLY_ALLOC,          /* "reply_alloc": a reply's memory (conn.c outmsg_new) */
+    FAULT_SOURCE_SLOW,          /* "source_slow": a chunk read from the source takes 300 ms more */
     FAULT_NPOINTS
 } fault_point;
 

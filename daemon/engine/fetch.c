@@ -22,6 +22,12 @@ struct waiter {
     fetch_cb cb;
     void *arg;
     int demand;                 /* a client's lookup (counted in the lookup stats) */
+    /* To fetch again through its own file when the fetch it joined,
+     * through another srcfile (another client's kept proof, say), fails. */
+    srcfile *f;
+    sched_class cls;
+    int64_t owner;
+    unsigned flags;
     waiter *next;
 };
 
@@ -46,6 +52,13 @@ struct pending {
 };
 
 #define FROM_COPY (-2)              /* pending.from: copied from copy_from */
+
+#define FJ_FOR_PEER 0x1             /* fetch_join: a peer's request (local only, not counted) */
+#define FJ_RETRY 0x2                /* fetch_join: a waiter's second try (no third) */
+
+static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
+                       sched_class cls, int64_t owner, chunk *copy_from, unsigned flags,
+                       fetch_cb cb, void *arg);
 
 typedef struct writeback {
     wq_job job;
@@ -356,6 +369,19 @@ static void fetch_done(wq_job *j)
     }
     for (wt = p->waiters; wt;) {
         waiter *next = wt->next;
+        /* A waiter that joined this fetch through a file of its own gets
+         * its own try when this one failed: what one client's descriptor
+         * did (O_DIRECT set on it, its directory renamed) fails no one
+         * else's read. */
+        if (!found && !j->cancelled && p->from != FROM_COPY && wt->f != p->f &&
+            !(wt->flags & FJ_RETRY)) {
+            fetch_join(fx, wt->f, p->idx, p->key, wt->cls, wt->owner, NULL,
+                       wt->flags | FJ_RETRY, wt->cb, wt->arg);
+            srcfile_unref(&wt->f);
+            free(wt);
+            wt = next;
+            continue;
+        }
         if (wt->demand && p->from == FROM_COPY)
             fx->stats->hits_dram++;
         else if (wt->demand)
@@ -364,6 +390,7 @@ static void fetch_done(wq_job *j)
             wt->cb(wt->arg, NULL, p->st.err, p->st.msg);
         else
             wt->cb(wt->arg, p->c, 0, NULL);
+        srcfile_unref(&wt->f);
         free(wt);
         wt = next;
     }
@@ -412,7 +439,6 @@ static void log_heap_fallback(fetcher *fx, const chunk *c)
               (unsigned long long)ds.overflow_bytes >> 10);
 }
 
-#define FJ_FOR_PEER 0x1             /* fetch_join: a peer's request (local only, not counted) */
 
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
@@ -433,6 +459,10 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
         wt->cb = cb;
         wt->arg = arg;
         wt->demand = cls == SCHED_DEMAND && !(flags & FJ_FOR_PEER);
+        wt->f = srcfile_ref(f);
+        wt->cls = cls;
+        wt->owner = owner;
+        wt->flags = flags;
     }
     n = gr__htab_find(&fx->pending, h, pending_eq, key);
     if (n) {
@@ -453,6 +483,8 @@ static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key
         p->c = dram_chunk_new(fx->dram, key, srcfile_chunk_len(f, idx), owner);
     if (!p || !p->c) {
         free(p);
+        if (wt)
+            srcfile_unref(&wt->f);
         free(wt);
         if (cb)
             cb(arg, NULL, -ENOMEM, "out of memory");

@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "closer.h"
+#include "fault.h"
 #include "log.h"
 #include "judge.h"
 #include "source.h"
@@ -643,6 +644,8 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
      * never other readers' data. */
     int again = fd >= 0 && (!f->pinned || f->named);
 
+    if (fault_hit(FAULT_SOURCE_SLOW))
+        usleep(300 * 1000);             /* tests: a fetch that others can join */
 reopen:
     if (fd < 0) {
         fd = open_beneath(s, f->path, f->root, err, errlen);
