@@ -439,7 +439,6 @@ static void log_heap_fallback(fetcher *fx, const chunk *c)
               (unsigned long long)ds.overflow_bytes >> 10);
 }
 
-
 /* Add a waiter to the fetch of key, starting one for class cls if none is
  * in flight.  cb runs later, or at once with -ENOMEM. */
 static void fetch_join(fetcher *fx, srcfile *f, uint64_t idx, const uint8_t *key,
