@@ -642,7 +642,7 @@ int source_read_chunk(source *s, const srcfile *f, uint64_t idx, void *buf, size
      * afresh: it may be a client's kept proof whose flags its owner changed
      * since (O_DIRECT, which wants aligned reads), which must cost work,
      * never other readers' data. */
-    int again = fd >= 0 && (!f->pinned || f->named);
+    int again = fd >= 0 && (!f->pinned || f->kept_proof);
 
     if (fault_hit(FAULT_SOURCE_SLOW))
         usleep(300 * 1000);             /* tests: a fetch that others can join */
@@ -744,16 +744,22 @@ static srcfile *attr_find(source *s, const char *norm)
     return n ? gr__container_of(n, srcfile, hn) : NULL;
 }
 
+/* f was used: the last of the fd cache's files to lose its fd. */
+static void fd_touch(source *s, srcfile *f)
+{
+    if (f->fd >= 0) {
+        gr__list_remove(&f->fdage);
+        gr__list_push_back(&s->fd_lru, &f->fdage);
+    }
+}
+
 srcfile *source_lookup(source *s, const char *norm, double now)
 {
     srcfile *f = attr_find(s, norm);
 
     if (!f || now - f->checked_at > s->attr_ttl)
         return NULL;
-    if (f->fd >= 0) {                   /* recently used: last to lose its fd */
-        gr__list_remove(&f->fdage);
-        gr__list_push_back(&s->fd_lru, &f->fdage);
-    }
+    fd_touch(s, f);
     return srcfile_ref(f);
 }
 
@@ -769,10 +775,7 @@ srcfile *source_lookup_proven(source *s, const char *norm, const struct stat *st
 
     if (!f || !S_ISREG(st->st_mode) || st->st_nlink == 0 || !source_same_file(st, &f->st))
         return NULL;
-    if (f->fd >= 0) {                   /* recently used: last to lose its fd */
-        gr__list_remove(&f->fdage);
-        gr__list_push_back(&s->fd_lru, &f->fdage);
-    }
+    fd_touch(s, f);
     return srcfile_ref(f);
 }
 
@@ -785,7 +788,7 @@ static void fd_drop(srcfile *f)
     f->fd = -1;
     gr__list_remove(&f->fdage);
     f->src->nfds--;
-    f->src->nprivate -= (size_t)f->private_fd;
+    f->src->nprivate -= (size_t)f->kept_proof;       /* counted while it held its fd */
 }
 
 /* Keep fd for f if the fd cache has, or can make, room; else close it. */
@@ -907,9 +910,8 @@ srcfile *source_proof_file(source *s, char *norm, int root, const struct stat *s
     }
     f = source_pinned(s, norm, root, st, fd);
     if (f) {
-        f->named = 1;
-        f->private_fd = fd >= 0;
-        s->nprivate += (size_t)f->private_fd;
+        f->kept_proof = 1;
+        s->nprivate += fd >= 0;
     }
     return f;
 }

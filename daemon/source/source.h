@@ -43,8 +43,8 @@ struct srcfile {
     double checked_at;          /* monotonic time of the stat */
     int cached;                 /* still the attr cache's current entry */
     int pinned;                 /* source_pinned: fd is the file, with or without a name */
-    int named;                  /* source_proof_file: ... with a name to open it again by */
-    int private_fd;             /* source_proof_file: fd counts against its half of fd_cache */
+    int kept_proof;             /* source_proof_file: ... with a name to open it again by,
+                                 * and fd (while >= 0) in its half of fd_cache */
     gr__hnode hn;               /* attr cache: by path */
     gr__list age;               /* attr cache: oldest first */
     /* The file held open from its OPEN for the chunk reads, or -1 (see
