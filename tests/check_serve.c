@@ -317,19 +317,29 @@ START_TEST(test_admin_fields_and_noreply)
 }
 END_TEST
 
-/* OPEN of path with fd `proof` passed beside it, as PROTOCOL.md's access
- * proof: the reply's status, and the size it gives in *size. */
-static int32_t open_with_proof(int fd, uint32_t id, const char *path, int proof, uint64_t *size)
+/* OPEN of path with fd `proof` passed beside it (-1: none), as
+ * PROTOCOL.md's access proof: the reply's status; the size and the handle
+ * it gives in *size and *handle (either may be NULL). */
+static int32_t raw_open_fd(int fd, uint32_t id, const char *path, int proof, uint64_t *size,
+                           uint32_t *handle)
 {
     uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 4096];
     ssize_t len = proto_enc_open(req, sizeof(req), id, path, strlen(path));
     proto_msg m;
 
     ck_assert_int_gt(len, 0);
-    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &proof, 1, rbuf, sizeof(rbuf), &m), 0);
+    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &proof, proof >= 0, rbuf, sizeof(rbuf), &m), 0);
     ck_assert_uint_eq(m.h.req_id, id);
-    *size = m.h.status == 0 ? m.u.attr.size : 0;
+    if (size)
+        *size = m.h.status == 0 ? m.u.attr.size : 0;
+    if (handle)
+        *handle = m.h.status == 0 ? m.u.attr.handle : 0;
     return m.h.status;
+}
+
+static int32_t open_with_proof(int fd, uint32_t id, const char *path, int proof, uint64_t *size)
+{
+    return raw_open_fd(fd, id, path, proof, size, NULL);
 }
 
 /* Replace path by a new file (a new inode) of size bytes of pattern seed. */
@@ -372,14 +382,8 @@ START_TEST(test_proof_revalidates)
     old = open(path, O_RDONLY);
     /* The entry made by a resolution (an OPEN without a proof, as root: a
      * proof known by its own name answers its client alone and makes none). */
-    {
-        uint8_t req[PROTO_HDR_LEN + 700], rbuf[PROTO_MAX_MSG];
-        ssize_t len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
-        proto_msg m;
-        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
-        ck_assert_int_eq(m.h.status, 0);
-        ck_assert_uint_eq(m.u.attr.size, 1000);
-    }
+    ck_assert_int_eq(raw_open_fd(fd, 1, path, -1, &size, NULL), 0);
+    ck_assert_uint_eq(size, 1000);
     usleep(300 * 1000);                                                 /* expired */
     ck_assert_int_eq(open_with_proof(fd, 2, path, old, &size), 0);
     ck_assert_uint_eq(size, 1000);
@@ -454,13 +458,10 @@ START_TEST(test_kept_proof)
 {
     enum { SIZE = 200000 };             /* 64K chunks: the last is 3392 bytes */
     tu_daemon d;
-    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
     static char buf[SIZE];
     char path[600], rw[600], lnk[600], other[600];
     uint64_t spared, looked, size;
     uint32_t h;
-    proto_msg m;
-    ssize_t len;
     int fd, p, q;
 
     tu_daemon_init(&d, NULL);
@@ -478,10 +479,7 @@ START_TEST(test_kept_proof)
 
     p = open(path, O_RDONLY);
     ck_assert_int_ge(p, 0);
-    len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
-    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
-    ck_assert_int_eq(m.h.status, 0);
-    h = m.u.attr.handle;
+    ck_assert_int_eq(raw_open_fd(fd, 1, path, p, NULL, &h), 0);
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 1);
     ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 1);  /* its name is the path */
 
@@ -495,11 +493,9 @@ START_TEST(test_kept_proof)
     /* The next cold file: its name checked on the loop (the root's mount
      * known and the device not Lustre), no I/O thread involved. */
     q = open(other, O_RDONLY);
-    len = proto_enc_open(req, sizeof(req), 8, other, strlen(other));
-    ck_assert_int_gt(raw_call(fd, req, (size_t)len, &q, 1, rbuf, sizeof(rbuf), &m), 0);
-    ck_assert_int_eq(m.h.status, 0);
+    ck_assert_int_eq(raw_open_fd(fd, 8, other, q, NULL, &h), 0);
     close(q);
-    ck_assert_int_eq(raw_read(fd, 9, m.u.attr.handle, 0, 1000, buf), 0);
+    ck_assert_int_eq(raw_read(fd, 9, h, 0, 1000, buf), 0);
     ck_assert(tu_check_pattern(buf, 43, 0, 1000));
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), spared + 2);
     ck_assert_uint_eq(tu_stat(&d, "source_lookups_spared"), looked + 2);
@@ -525,9 +521,7 @@ START_TEST(test_kept_proof)
      * change) is in no entry that an OPEN without a proof is answered from. */
     {
         uint64_t hits = tu_stat(&d, "attr_cache_hits");
-        len = proto_enc_open(req, sizeof(req), 10, lnk, strlen(lnk));
-        ck_assert_int_gt(raw_call(fd, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
-        ck_assert_int_eq(m.h.status, 0);
+        ck_assert_int_eq(raw_open_fd(fd, 10, lnk, -1, NULL, NULL), 0);
         ck_assert_uint_eq(tu_stat(&d, "attr_cache_hits"), hits);
     }
     /* The name of a removed link reads back as "NAME (deleted)": not a
@@ -565,11 +559,8 @@ START_TEST(test_kept_proofs_bounded)
 {
     enum { N = 40 };
     tu_daemon d;
-    uint8_t rbuf[PROTO_MAX_MSG], req[PROTO_HDR_LEN + 700];
     char path[600], buf[1000];
     uint32_t h[N];
-    proto_msg m;
-    ssize_t len;
     int fd, p;
 
     tu_daemon_init(&d, "[source]\nfd_cache = 8\n");
@@ -578,12 +569,8 @@ START_TEST(test_kept_proofs_bounded)
     ck_assert_int_eq(tu_daemon_start(&d), 0);
     fd = raw_connect(&d);
     p = open(path, O_RDONLY);
-    for (int i = 0; i < N; i++) {
-        len = proto_enc_open(req, sizeof(req), (uint32_t)i + 1, path, strlen(path));
-        ck_assert_int_gt(raw_call(fd, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
-        ck_assert_int_eq(m.h.status, 0);
-        h[i] = m.u.attr.handle;
-    }
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(raw_open_fd(fd, (uint32_t)i + 1, path, p, NULL, &h[i]), 0);
     close(p);
     ck_assert_uint_le(tu_stat(&d, "source_fds_cached"), 8);
     for (int i = 0; i < N; i += 13) {
@@ -614,7 +601,6 @@ START_TEST(test_joined_fetch_failure)
     char dir[600], dir2[600], path[700], buf[SIZE];
     uint32_t ha, hb;
     proto_msg m;
-    ssize_t len;
     int fa, fb, p, ra;
 
     tu_daemon_init(&d, NULL);
@@ -629,15 +615,9 @@ START_TEST(test_joined_fetch_failure)
     fa = raw_connect(&d);
     fb = raw_connect(&d);
     p = open(path, O_RDONLY);
-    len = proto_enc_open(req, sizeof(req), 1, path, strlen(path));
-    ck_assert_int_gt(raw_call(fa, req, (size_t)len, &p, 1, rbuf, sizeof(rbuf), &m), 0);
-    ck_assert_int_eq(m.h.status, 0);
-    ha = m.u.attr.handle;
+    ck_assert_int_eq(raw_open_fd(fa, 1, path, p, NULL, &ha), 0);
     ck_assert_uint_eq(tu_stat(&d, "source_opens_spared"), 1);              /* A's is kept */
-    len = proto_enc_open(req, sizeof(req), 2, path, strlen(path));
-    ck_assert_int_gt(raw_call(fb, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
-    ck_assert_int_eq(m.h.status, 0);                                        /* root, no proof */
-    hb = m.u.attr.handle;
+    ck_assert_int_eq(raw_open_fd(fb, 2, path, -1, NULL, &hb), 0);          /* root, no proof */
     ck_assert_int_eq(fcntl(p, F_SETFL, O_DIRECT), 0);
     ck_assert_int_eq(rename(dir, dir2), 0);
     {
@@ -730,8 +710,6 @@ START_TEST(test_blocking_close_off_loop)
                              .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n) };
         struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
         uint64_t t0;
-        proto_msg m;
-        ssize_t len;
 
         if (s < 0) {
             fprintf(stderr, "SKIP test_blocking_close_off_loop: no loopback TCP here\n");
@@ -752,9 +730,7 @@ START_TEST(test_blocking_close_off_loop)
         close(s);
         usleep(100 * 1000);
         t0 = gr__now_ns();
-        len = proto_enc_open(req, sizeof(req), 2, path, strlen(path));
-        ck_assert_int_gt(raw_call(fd2, req, (size_t)len, NULL, 0, rbuf, sizeof(rbuf), &m), 0);
-        ck_assert_int_eq(m.h.status, 0);                                /* root: no proof */
+        ck_assert_int_eq(raw_open_fd(fd2, 2, path, -1, NULL, NULL), 0);  /* root: no proof */
         ck_assert_msg(gr__now_ns() - t0 < 1000000000ull,
                       "%d fds: the loop waited %.2f s for a close", counts[k],
                       (double)(gr__now_ns() - t0) / 1e9);
